@@ -1,0 +1,15 @@
+"""pgas: NVSHMEM-style symmetric memory for Python and numba kernels.
+
+``import pgas`` chooses the backend (see ``PGAS_BACKEND``) before ``numba.cuda`` is
+imported, so import pgas first in programs not started by ``pgasrun``.
+"""
+__version__ = "0.1.0"
+
+from ._backend import backend_name as _backend_name
+from ._constants import *  # noqa: F401,F403
+from ._errors import *  # noqa: F401,F403
+
+_backend_name()
+
+from .host import *  # noqa: E402,F401,F403
+

@@ -1,0 +1,69 @@
+"""Choose the backend once per process, before ``numba.cuda`` is imported.
+
+numba reads ``NUMBA_ENABLE_CUDASIM`` when it is first imported, so the choice must be
+made (and the flag set) before anything imports ``numba.cuda``. ``import pgas`` does it;
+``pgasrun`` also puts the flag in the PEs' environment so import order never matters.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from ._env import setting
+from ._errors import PgasError
+
+__all__ = ["backend_name", "gpu_usable"]
+
+_chosen: str | None = None
+
+
+def gpu_usable() -> bool:
+    """True when the CUDA driver loads and reports at least one device."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return False
+    try:
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return False
+        err, count = driver.cuDeviceGetCount()
+        return err == driver.CUresult.CUDA_SUCCESS and count > 0
+    except Exception:  # no libcuda: cuda-python raises rather than returning an error
+        return False
+
+
+def _select() -> str:
+    requested = setting("PGAS_BACKEND")
+    if requested == "simulator":
+        return "simulator"
+    if requested == "cuda":
+        raise PgasError(
+            "PGAS_BACKEND=cuda: the cuda backend is not available in this version of pgas; "
+            "use PGAS_BACKEND=simulator (or auto)")
+    if os.environ.get("PGAS_BACKEND_NOTICE_GIVEN") != "1":
+        reason = "no usable GPU" if not gpu_usable() else "the cuda backend is not in this version"
+        print(f"pgas: using the simulator backend ({reason})", file=sys.stderr)
+    return "simulator"
+
+
+def _enable_simulator() -> None:
+    cuda_module = sys.modules.get("numba.cuda")
+    if cuda_module is not None and "simulator" not in cuda_module.jit.__module__:
+        raise PgasError(
+            "numba.cuda was imported before pgas, in GPU mode, but pgas uses the simulator "
+            "backend: import pgas first, or run under pgasrun, or set NUMBA_ENABLE_CUDASIM=1")
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    if "numba.core.config" in sys.modules:  # numba imported already: its config is stale
+        sys.modules["numba.core.config"].ENABLE_CUDASIM = True
+
+
+def backend_name() -> str:
+    """The backend of this process (``"simulator"`` or ``"cuda"``), chosen on first call."""
+    global _chosen
+    if _chosen is None:
+        name = _select()
+        if name == "simulator":
+            _enable_simulator()
+        _chosen = name
+    return _chosen

@@ -1,0 +1,45 @@
+"""Argument checks shared by the host API and the simulator's device functions.
+
+Every message names the function and the argument, says what must hold and what was given.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ._errors import PgasValueError
+
+__all__ = ["check_pe", "check_dtypes_match", "check_fits", "check_contiguous", "check_nonnegative"]
+
+
+def check_pe(fn: str, pe, n_pes: int, what: str = "pe") -> int:
+    """``pe`` as an int in [0, n_pes)."""
+    if isinstance(pe, (bool, np.bool_)) or not isinstance(pe, numbers.Integral):
+        raise PgasValueError(f"{fn}: {what} must be an integer PE number, got {pe!r}")
+    if not 0 <= pe < n_pes:
+        raise PgasValueError(f"{fn}: {what} must be within [0, {n_pes}), got {pe}")
+    return int(pe)
+
+
+def check_dtypes_match(fn: str, dest: np.ndarray, src: np.ndarray) -> None:
+    if dest.dtype != src.dtype:
+        raise PgasValueError(
+            f"{fn}: dest and src must have the same dtype, got dest {dest.dtype} and src {src.dtype}")
+
+
+def check_fits(fn: str, what: str, arr: np.ndarray, needed: int, why: str) -> None:
+    """``arr`` must hold at least ``needed`` elements (no silent truncation)."""
+    if arr.size < needed:
+        raise PgasValueError(f"{fn}: {what} has {arr.size} elements but {needed} are needed ({why})")
+
+
+def check_contiguous(fn: str, what: str, arr: np.ndarray) -> None:
+    if not arr.flags.c_contiguous:
+        raise PgasValueError(f"{fn}: {what} must be C-contiguous (use a strided call such as iput for strides)")
+
+
+def check_nonnegative(fn: str, what: str, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
+        raise PgasValueError(f"{fn}: {what} must be a non-negative integer, got {value!r}")
+    return int(value)

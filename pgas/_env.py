@@ -1,0 +1,98 @@
+"""Every ``PGAS_*`` environment variable: its parser, default and meaning, in one table."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ._errors import PgasValueError
+
+__all__ = ["Variable", "VARIABLES", "setting", "parse_size"]
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Parse a byte count such as ``1048576``, ``512k``, ``64m`` or ``2g`` (powers of 1024)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"expected a byte count such as 512m or 2g, got {text!r}")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+
+
+def _parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected 0 or 1, got {text!r}")
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {text!r}")
+        return value
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"expected an integer > 0, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One ``PGAS_*`` variable: name, default (as text), parser and meaning."""
+
+    name: str
+    default: str | None
+    parse: Callable[[str], Any]
+    meaning: str
+
+
+VARIABLES: dict[str, Variable] = {v.name: v for v in [
+    Variable("PGAS_BACKEND", "auto", _choice("auto", "cuda", "simulator"),
+             "auto | cuda | simulator: where kernels run (auto: cuda where a GPU is usable)"),
+    Variable("PGAS_SYMMETRIC_SIZE", "1g", parse_size,
+             "bytes of symmetric heap per PE (k/m/g suffixes)"),
+    Variable("PGAS_PES_PER_NODE", None, _positive_int,
+             "split the PEs into emulated nodes of this many consecutive PEs "
+             "(no load/store between nodes); unset: nodes are hosts"),
+    Variable("PGAS_DISABLE_P2P", "0", _parse_bool,
+             "1: no load/store between PEs at all, as if every PE were on its own node"),
+    Variable("PGAS_REMOTE_TRANSPORT", "ibgda", _choice("ibgda", "proxy"),
+             "transport between nodes: ibgda (GPU-initiated) or proxy (CPU thread)"),
+    Variable("PGAS_TIMEOUT", "300", _positive_float,
+             "seconds a blocking wait (wait_until, barriers, quiet) may take before it fails"),
+    Variable("PGAS_DEBUG", "0", _parse_bool,
+             "1: extra checks (symmetric allocation agreement) and logging"),
+]}
+
+
+def setting(name: str) -> Any:
+    """The parsed value of ``PGAS_*`` variable ``name`` (its default when unset).
+
+    An unparsable value raises ``PgasValueError`` naming the variable and the value.
+    """
+    var = VARIABLES[name]
+    text = os.environ.get(name, var.default)
+    if text is None:
+        return None
+    try:
+        return var.parse(text)
+    except ValueError as exc:
+        raise PgasValueError(f"{name}={os.environ.get(name)!r} is not valid: {exc}") from None

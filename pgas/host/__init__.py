@@ -1,0 +1,13 @@
+"""The host runtime of pgas (re-exported as ``pgas.*``)."""
+from ._info import *  # noqa: F401,F403
+from ._info import __all__ as _info_all
+from ._memory import *  # noqa: F401,F403
+from ._memory import __all__ as _memory_all
+from ._rma import *  # noqa: F401,F403
+from ._rma import __all__ as _rma_all
+from ._runtime import *  # noqa: F401,F403
+from ._runtime import __all__ as _runtime_all
+from ._sync import *  # noqa: F401,F403
+from ._sync import __all__ as _sync_all
+
+__all__ = _runtime_all + _memory_all + _rma_all + _sync_all + ["info"]

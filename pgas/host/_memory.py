@@ -1,0 +1,116 @@
+"""Symmetric arrays: collective allocation at the same heap offset on every PE."""
+from __future__ import annotations
+
+import numpy as np
+
+from .._checks import check_pe
+from .._errors import PgasError, PgasValueError
+from ._runtime import Runtime, runtime, wait_all
+
+__all__ = ["empty", "zeros", "full", "free", "peer_array"]
+
+
+def as_ndarray(arr, fn: str, what: str) -> np.ndarray:
+    """The numpy array behind ``arr`` (a numpy array or a simulator device array)."""
+    while not isinstance(arr, np.ndarray):
+        inner = arr.__dict__.get("_item", arr.__dict__.get("_ary")) if hasattr(arr, "__dict__") else None
+        if inner is None:
+            if hasattr(arr, "__array_interface__"):
+                return np.asarray(arr)
+            raise PgasValueError(f"{fn}: {what} must be an array, got {type(arr).__name__}")
+        arr = inner
+    return arr
+
+
+def _device_array(host_view: np.ndarray):
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+    return FakeCUDAArray(host_view)
+
+
+def _shape_tuple(shape, fn: str) -> tuple[int, ...]:
+    dims = (shape,) if np.isscalar(shape) else tuple(shape)
+    try:
+        dims = tuple(int(d) for d in dims)
+    except (TypeError, ValueError):
+        raise PgasValueError(f"{fn}: shape must be an int or a tuple of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise PgasValueError(f"{fn}: shape must not have negative sizes, got {shape!r}")
+    return dims
+
+
+def _check_agreement(rt: Runtime, fn: str, record: tuple) -> None:
+    """PGAS_DEBUG: every PE must have made the same allocation call."""
+    records = rt.boot.comm.allgather(record)
+    if any(r != records[0] for r in records):
+        lines = "; ".join(f"PE {pe}: {r}" for pe, r in enumerate(records))
+        raise PgasError(
+            f"{fn}: PEs disagree on a collective allocation (every PE must call it with the same "
+            f"arguments in the same order): {lines}")
+
+
+def _allocate(fn: str, shape, dtype, fill=None):
+    rt = runtime(fn)
+    dims = _shape_tuple(shape, fn)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise PgasValueError(f"{fn}: dtype must be a numpy dtype, got {dtype!r}") from None
+    nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    offset = rt.allocator.allocate(nbytes)
+    if rt.debug:
+        try:
+            _check_agreement(rt, fn, ("offset", offset, "shape", dims, "dtype", dtype.str))
+        except PgasError:
+            rt.allocator.release(offset)
+            raise
+    view = rt.heap.array_at(offset, dims, dtype)
+    if fill is not None:
+        view[...] = fill
+    wait_all(rt.boot.comm, fn)  # no PE writes into a peer's copy before the peer has it
+    return _device_array(view)
+
+
+def empty(shape, dtype=np.float64):
+    """A symmetric array with undefined contents (collective: same arguments on every PE).
+
+    Returns a zero-copy device array on the simulator backend.
+    """
+    return _allocate("pgas.empty", shape, dtype)
+
+
+def zeros(shape, dtype=np.float64):
+    """A symmetric array of zeros (collective)."""
+    return _allocate("pgas.zeros", shape, dtype, fill=0)
+
+
+def full(shape, value, dtype=np.float64):
+    """A symmetric array filled with ``value`` (collective)."""
+    return _allocate("pgas.full", shape, dtype, fill=value)
+
+
+def _symmetric_block(rt: Runtime, arr, fn: str) -> int:
+    """Heap offset of the allocation that ``arr`` is (not a slice of it)."""
+    data = as_ndarray(arr, fn, "a")
+    offset = rt.heap.offset_of(data, fn, "a")
+    if rt.allocator.block_at(offset) is None:
+        raise PgasValueError(f"{fn}: a must be an array returned by pgas.empty/zeros/full "
+                             "(not a slice of one, nor one already freed)")
+    return offset
+
+
+def free(a) -> None:
+    """Release symmetric array ``a`` (collective: every PE frees the same array)."""
+    rt = runtime("pgas.free")
+    offset = _symmetric_block(rt, a, "pgas.free")
+    if rt.debug:
+        _check_agreement(rt, "pgas.free", ("offset", offset))
+    wait_all(rt.boot.comm, "pgas.free")  # nobody may still be writing into it
+    rt.allocator.release(offset)
+
+
+def peer_array(a, pe: int):
+    """A view of PE ``pe``'s copy of symmetric array ``a`` (same node only)."""
+    rt = runtime("pgas.peer_array")
+    pe = check_pe("pgas.peer_array", pe, rt.n_pes)
+    data = as_ndarray(a, "pgas.peer_array", "a")
+    return _device_array(rt.heap.view_on(pe, data, "pgas.peer_array", "a"))

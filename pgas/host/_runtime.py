@@ -1,0 +1,148 @@
+"""Lifecycle: ``init`` / ``finalize``, and the runtime state every other call reaches."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._backend import backend_name
+from .._env import setting
+from .._errors import PgasError, PgasTimeoutError
+from ._allocator import HeapAllocator
+from ._bootstrap import Bootstrap, bootstrap
+from ._heap import SymmetricHeap
+
+__all__ = ["init", "finalize", "is_initialized", "my_pe", "n_pes", "backend"]
+
+
+@dataclass
+class Runtime:
+    """Everything an initialized PE knows."""
+
+    boot: Bootstrap
+    heap: SymmetricHeap
+    allocator: HeapAllocator
+    debug: bool
+    timeout: float
+    # Device synchronization words, at heap offset 0 on every PE: one arrival flag per
+    # PE, then this PE's barrier epoch.
+    sync_words: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        n = self.boot.n_pes
+        offset = self.allocator.allocate((n + 1) * 8)
+        self.sync_words = self.heap.array_at(offset, (n + 1,), np.int64)
+        self.sync_words[:] = 0
+
+    @property
+    def my_pe(self) -> int:
+        return self.boot.my_pe
+
+    @property
+    def n_pes(self) -> int:
+        return self.boot.n_pes
+
+
+_runtime: Runtime | None = None
+_finalized_once = False
+
+
+def runtime(fn: str) -> Runtime:
+    """The live runtime, or a PgasError naming ``fn`` when pgas is not initialized."""
+    if _runtime is None:
+        when = "after pgas.finalize()" if _finalized_once else "before pgas.init()"
+        raise PgasError(f"{fn} was called {when}; call pgas.init() first")
+    return _runtime
+
+
+def _report_and_abort(exc_type, exc, tb) -> None:
+    """sys.excepthook for multi-PE jobs: name the PE, then end the whole job (no hang)."""
+    pe = _runtime.my_pe if _runtime is not None else os.environ.get("PMI_RANK", "?")
+    text = "".join(traceback.format_exception(exc_type, exc, tb))
+    sys.stderr.write("".join(f"[PE {pe}] {line}\n" for line in text.rstrip().splitlines()))
+    sys.stderr.flush()
+    run_dir = os.environ.get("PGAS_RUN_DIR")
+    if run_dir:
+        with open(os.path.join(run_dir, f"failed-pe{pe}"), "w") as status:
+            status.write(f"raised {exc_type.__name__}: {exc}")
+    from mpi4py import MPI
+    MPI.COMM_WORLD.Abort(1)
+
+
+def init(comm=None) -> None:
+    """Join the job and set up the symmetric heap (collective over the job's PEs).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm, optional
+        The PEs of the job; default: MPI's world (from ``pgasrun``/``mpiexec``, or this
+        process alone).
+    """
+    global _runtime
+    if _runtime is not None:
+        raise PgasError("pgas.init() was called twice: call pgas.finalize() before initializing again")
+    backend_name()
+    size = setting("PGAS_SYMMETRIC_SIZE")
+    debug, timeout = setting("PGAS_DEBUG"), setting("PGAS_TIMEOUT")
+    boot = bootstrap(comm)
+    heap = SymmetricHeap(boot, size)
+    try:
+        _runtime = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
+    except Exception:
+        heap.close()
+        raise
+    if boot.n_pes > 1:
+        sys.excepthook = _report_and_abort
+    wait_all(boot.comm, "pgas.init")
+
+
+def finalize() -> None:
+    """Leave the job: a barrier, then release the heap (collective)."""
+    global _runtime, _finalized_once
+    rt = runtime("pgas.finalize")
+    wait_all(rt.boot.comm, "pgas.finalize")
+    rt.heap.close()
+    rt.boot.node_comm.Free()
+    rt.boot.comm.Free()
+    if sys.excepthook is _report_and_abort:
+        sys.excepthook = sys.__excepthook__
+    _runtime, _finalized_once = None, True
+
+
+def wait_all(comm, what: str) -> None:
+    """MPI barrier over ``comm`` that fails after PGAS_TIMEOUT instead of hanging."""
+    timeout = setting("PGAS_TIMEOUT")
+    request = comm.Ibarrier()
+    deadline = time.monotonic() + timeout
+    pause = 0.0
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise PgasTimeoutError(
+                f"{what}: the barrier did not complete within PGAS_TIMEOUT={timeout:g} s "
+                "(a PE has not reached it)")
+        time.sleep(pause)
+        pause = min(pause * 2 + 1e-5, 1e-3)
+
+
+def is_initialized() -> bool:
+    """True between ``init`` and ``finalize``."""
+    return _runtime is not None
+
+
+def my_pe() -> int:
+    """This PE's number in TEAM_WORLD."""
+    return runtime("pgas.my_pe").my_pe
+
+
+def n_pes() -> int:
+    """The number of PEs in the job."""
+    return runtime("pgas.n_pes").n_pes
+
+
+def backend() -> str:
+    """The backend in use: ``"simulator"`` or ``"cuda"``."""
+    return backend_name()
