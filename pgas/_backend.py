@@ -41,7 +41,8 @@ def _select() -> str:
         raise PgasError(
             "PGAS_BACKEND=cuda: the cuda backend is not available in this version of pgas; "
             "use PGAS_BACKEND=simulator (or auto)")
-    if os.environ.get("PGAS_BACKEND_NOTICE_GIVEN") != "1":
+    # Said once per job: pgasrun says it itself; under mpiexec only rank 0 does.
+    if os.environ.get("PGAS_BACKEND_NOTICE_GIVEN") != "1" and os.environ.get("PMI_RANK", "0") == "0":
         reason = "no usable GPU" if not gpu_usable() else "the cuda backend is not in this version"
         print(f"pgas: using the simulator backend ({reason})", file=sys.stderr)
     return "simulator"

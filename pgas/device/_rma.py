@@ -1,0 +1,106 @@
+"""Device RMA: p, g, put, get, their nbi, strided, block and warp forms.
+
+Between the PEs of a node these are loads and stores into the peer's mapped heap. A
+blocking ``put`` returns once ``src`` may be reused; the data is visible to the peer after
+``quiet`` (or a barrier). On the load/store path every store is issued at the call, so the
+``_nbi`` forms behave as the blocking ones and ``quiet`` only orders memory.
+"""
+from __future__ import annotations
+
+from ._primitives import prim as _p
+
+__all__ = ["p", "g", "put", "get", "put_nbi", "get_nbi", "iput", "iget"]
+
+
+def p(dest, value, pe):
+    """p(dest, value, pe): write ``value`` to element 0 of PE ``pe``'s ``dest``."""
+    fn = "pgas.device.p"
+    remote = _p.peer(dest, pe, fn, "dest")
+    _p.check_not_empty(fn, "dest", remote)
+    remote.reshape(-1)[0] = value
+
+
+def g(src, pe):
+    """g(src, pe) -> value: element 0 of PE ``pe``'s ``src``."""
+    fn = "pgas.device.g"
+    remote = _p.peer(src, pe, fn, "src")
+    _p.check_not_empty(fn, "src", remote)
+    return remote.reshape(-1)[0]
+
+
+def _put(fn, dest, src, pe, scope):
+    rank, size = _p.group_rank_and_size(scope, fn)
+    s = _p.plain(src, fn, "src")
+    remote = _p.peer(dest, pe, fn, "dest")
+    _p.check_copy(fn, remote, "dest", 1, s, "src", 1, s.size)
+    _p.copy_strided(remote, 1, s, 1, s.size, rank, size)
+    _p.group_sync(scope, fn)
+
+
+def _get(fn, dest, src, pe, scope):
+    rank, size = _p.group_rank_and_size(scope, fn)
+    d = _p.plain(dest, fn, "dest")
+    remote = _p.peer(src, pe, fn, "src")
+    _p.check_copy(fn, d, "dest", 1, remote, "src", 1, d.size)
+    _p.copy_strided(d, 1, remote, 1, d.size, rank, size)
+    _p.group_sync(scope, fn)
+
+
+def iput(dest, src, dst_stride, src_stride, nelems, pe):
+    """iput(dest, src, dst_stride, src_stride, nelems, pe): strided put.
+
+    Element ``i`` (``i < nelems``) of ``src`` at ``i*src_stride`` goes to ``i*dst_stride`` of
+    PE ``pe``'s ``dest``; strides count elements.
+    """
+    fn = "pgas.device.iput"
+    s = _p.plain(src, fn, "src")
+    remote = _p.peer(dest, pe, fn, "dest")
+    _p.check_copy(fn, remote, "dest", dst_stride, s, "src", src_stride, nelems)
+    _p.copy_strided(remote, dst_stride, s, src_stride, nelems, 0, 1)
+
+
+def iget(dest, src, dst_stride, src_stride, nelems, pe):
+    """iget(dest, src, dst_stride, src_stride, nelems, pe): strided get from PE ``pe``'s ``src``."""
+    fn = "pgas.device.iget"
+    d = _p.plain(dest, fn, "dest")
+    remote = _p.peer(src, pe, fn, "src")
+    _p.check_copy(fn, d, "dest", dst_stride, remote, "src", src_stride, nelems)
+    _p.copy_strided(d, dst_stride, remote, src_stride, nelems, 0, 1)
+
+
+_SCOPES = {"": _p.THREAD, "_warp": _p.WARP, "_block": _p.BLOCK}
+_SCOPE_DOCS = {
+    "": "Called by one thread.",
+    "_warp": "All threads of the warp must call this with the same arguments; they share the copy.",
+    "_block": "All threads of the block must call this with the same arguments; they share the copy.",
+}
+_OPS = {
+    "put": (_put, "copy ``src.size`` elements of local ``src`` into PE ``pe``'s ``dest``."),
+    "get": (_get, "copy ``dest.size`` elements of PE ``pe``'s ``src`` into local ``dest``."),
+}
+
+
+def _make(op: str, nbi: bool, suffix: str):
+    body, what = _OPS[op]
+    scope = _SCOPES[suffix]
+    name = f"{op}{'_nbi' if nbi else ''}{suffix}"
+    fn = f"pgas.device.{name}"
+
+    def rma(dest, src, pe):
+        body(fn, dest, src, pe, scope)
+
+    rma.__name__ = rma.__qualname__ = name
+    done = ("Returns once the copy is issued; it is complete after ``quiet``." if nbi else
+            "Returns once the copy is done on the load/store path (``src`` reusable).")
+    rma.__doc__ = f"{name}(dest, src, pe): {what}\n\n{_SCOPE_DOCS[suffix]} {done}"
+    return rma
+
+
+for _op in _OPS:
+    for _nbi in (False, True):
+        for _suffix in _SCOPES:
+            _f = _make(_op, _nbi, _suffix)
+            globals()[_f.__name__] = _f
+            if _f.__name__ not in __all__:
+                __all__.append(_f.__name__)
+del _op, _nbi, _suffix, _f

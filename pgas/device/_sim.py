@@ -1,0 +1,173 @@
+"""The simulator's primitive layer: what the device API needs that differs per backend.
+
+Device functions (``_rma.py``, ``_sync.py``, ...) are written once on top of these
+names. In the simulator they run as plain Python inside numba's simulated threads:
+arrays are numpy views of the mapped heaps, copies are vectorized, ordering comes from
+real CPU acquire/release operations, and every wait loop yields (a spinning simulated
+thread would otherwise starve the thread it waits for) and gives up after PGAS_TIMEOUT.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from .._constants import CMP_NAMES
+from .._checks import check_contiguous, check_nonnegative, check_pe
+from .._errors import PgasError, PgasTimeoutError, PgasValueError
+from ..host import _runtime
+from ..host._memory import as_ndarray
+from . import _cpu_atomics
+
+__all__ = [
+    "THREAD", "WARP", "BLOCK", "WARP_SIZE",
+    "runtime", "local", "peer", "copy_strided", "load_acquire", "store_release", "fence",
+    "group_rank_and_size", "group_sync", "Wait",
+]
+
+THREAD, WARP, BLOCK = 0, 1, 2
+WARP_SIZE = 32
+
+
+def runtime(fn: str) -> _runtime.Runtime:
+    """The PE's runtime, found without a context argument."""
+    return _runtime.runtime(fn)
+
+
+def local(arr, fn: str, what: str) -> np.ndarray:
+    """This PE's copy of a symmetric kernel argument, as numpy (checked symmetric)."""
+    data = as_ndarray(arr, fn, what)
+    runtime(fn).heap.offset_of(data, fn, what)
+    return data
+
+
+def peer(arr, pe, fn: str, what: str) -> np.ndarray:
+    """PE ``pe``'s copy of symmetric ``arr`` (load/store reachable), as numpy."""
+    rt = runtime(fn)
+    pe = check_pe(fn, pe, rt.n_pes)
+    return rt.heap.view_on(pe, as_ndarray(arr, fn, what), fn, what)
+
+
+def plain(arr, fn: str, what: str) -> np.ndarray:
+    """Any array argument (symmetric or not), as numpy."""
+    return as_ndarray(arr, fn, what)
+
+
+def copy_strided(dst: np.ndarray, dst_stride: int, src: np.ndarray, src_stride: int,
+                 nelems: int, rank: int, size: int) -> None:
+    """Elements i = rank, rank+size, ... < nelems: dst.flat[i*dst_stride] = src.flat[i*src_stride]."""
+    if nelems == 0:
+        return
+    d = dst.reshape(-1)[:(nelems - 1) * dst_stride + 1:dst_stride]
+    s = src.reshape(-1)[:(nelems - 1) * src_stride + 1:src_stride]
+    d[rank::size] = s[rank::size]
+
+
+def load_acquire(arr: np.ndarray, fn: str, what: str):
+    return _cpu_atomics.load_acquire(arr, fn, what)
+
+
+def store_release(arr: np.ndarray, value, fn: str, what: str) -> None:
+    _cpu_atomics.store_release(arr, value, fn, what)
+
+
+def fence() -> None:
+    _cpu_atomics.fence()
+
+
+# Cooperative groups -----------------------------------------------------------------
+
+def _sim_thread(fn: str):
+    thread = threading.current_thread()
+    if not hasattr(thread, "syncthreads"):
+        raise PgasError(f"{fn} is a device function: call it from a @cuda.jit kernel")
+    return thread
+
+
+def _block_size(thread) -> int:
+    x, y, z = thread._manager._block_dim
+    return x * y * z
+
+
+def group_rank_and_size(scope: int, fn: str) -> tuple[int, int]:
+    """This thread's rank in its thread / warp / block, and the group's size."""
+    if scope == THREAD:
+        return 0, 1
+    thread = _sim_thread(fn)
+    block = _block_size(thread)
+    if scope == BLOCK:
+        return thread.thread_id, block
+    first = thread.thread_id // WARP_SIZE * WARP_SIZE
+    return thread.thread_id - first, min(WARP_SIZE, block - first)
+
+
+_warp_barriers_lock = threading.Lock()
+
+
+def group_sync(scope: int, fn: str) -> None:
+    """Wait until every thread of this thread's warp / block gets here."""
+    if scope == THREAD:
+        return
+    thread = _sim_thread(fn)
+    if scope == BLOCK:
+        thread.syncthreads()
+        return
+    # The simulator has no syncwarp: one threading.Barrier per warp of the running block.
+    warp, size = thread.thread_id // WARP_SIZE, group_rank_and_size(WARP, fn)[1]
+    with _warp_barriers_lock:
+        barriers = thread._manager.__dict__.setdefault("_pgas_warp_barriers", {})
+        barrier = barriers.setdefault(warp, threading.Barrier(size))
+    timeout = runtime(fn).timeout
+    try:
+        barrier.wait(timeout)
+    except threading.BrokenBarrierError:
+        raise PgasTimeoutError(
+            f"{fn}: not every thread of warp {warp} reached the warp synchronization within "
+            f"PGAS_TIMEOUT={timeout:g} s (all threads of the warp must call it)") from None
+
+
+class Wait:
+    """One wait loop's clock: ``pause()`` yields, and raises once PGAS_TIMEOUT has passed."""
+
+    def __init__(self, fn: str):
+        self.fn = fn
+        self.timeout = runtime(fn).timeout
+        self.deadline = time.monotonic() + self.timeout
+
+    def pause(self, waiting_for: str) -> None:
+        if time.monotonic() > self.deadline:
+            raise PgasTimeoutError(
+                f"{self.fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for}")
+        time.sleep(0)  # let the simulated thread we are waiting on run
+
+
+def check_not_empty(fn: str, what: str, arr: np.ndarray) -> None:
+    if arr.size == 0:
+        raise PgasValueError(f"{fn}: {what} is empty; it needs at least one element")
+
+
+def check_copy(fn: str, dst: np.ndarray, dst_name: str, dst_stride, src: np.ndarray, src_name: str,
+               src_stride, nelems) -> None:
+    """A strided copy of ``nelems`` elements must fit both arrays, with equal dtypes."""
+    if dst.dtype != src.dtype:
+        raise PgasValueError(f"{fn}: {dst_name} and {src_name} must have the same dtype, "
+                             f"got {dst_name} {dst.dtype} and {src_name} {src.dtype}")
+    nelems = check_nonnegative(fn, "nelems", nelems)
+    for arr, name, stride in ((dst, dst_name, dst_stride), (src, src_name, src_stride)):
+        check_contiguous(fn, name, arr)
+        if check_nonnegative(fn, f"{name} stride", stride) == 0:
+            raise PgasValueError(f"{fn}: the {name} stride must be >= 1, got 0")
+        if nelems and (nelems - 1) * stride + 1 > arr.size:
+            raise PgasValueError(
+                f"{fn}: {name} has {arr.size} elements but {nelems} elements at stride {stride} "
+                f"need {(nelems - 1) * stride + 1}")
+
+
+def check_cmp(fn: str, cmp) -> None:
+    if cmp not in CMP_NAMES:
+        raise PgasValueError(f"{fn}: cmp must be one of pgas.CMP_EQ/NE/GT/GE/LT/LE, got {cmp!r}")
+
+
+def cmp_name(cmp) -> str:
+    return CMP_NAMES[cmp]
