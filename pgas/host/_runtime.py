@@ -59,18 +59,38 @@ def runtime(fn: str) -> Runtime:
     return _runtime
 
 
-def _report_and_abort(exc_type, exc, tb) -> None:
-    """sys.excepthook for multi-PE jobs: name the PE, then end the whole job (no hang)."""
+def _end_job(how: str, code: int) -> None:
+    """Record (for pgasrun) how this PE failed, then abort every PE of the job."""
     pe = _runtime.my_pe if _runtime is not None else os.environ.get("PMI_RANK", "?")
-    text = "".join(traceback.format_exception(exc_type, exc, tb))
-    sys.stderr.write("".join(f"[PE {pe}] {line}\n" for line in text.rstrip().splitlines()))
-    sys.stderr.flush()
     run_dir = os.environ.get("PGAS_RUN_DIR")
     if run_dir:
         with open(os.path.join(run_dir, f"failed-pe{pe}"), "w") as status:
-            status.write(f"raised {exc_type.__name__}: {exc}")
+            status.write(how)
     from mpi4py import MPI
-    MPI.COMM_WORLD.Abort(1)
+    MPI.COMM_WORLD.Abort(code)
+
+
+def _report_and_abort(exc_type, exc, tb) -> None:
+    """sys.excepthook for multi-PE jobs: name the PE, then end the whole job (no hang)."""
+    pe = _runtime.my_pe if _runtime is not None else "?"
+    text = "".join(traceback.format_exception(exc_type, exc, tb))
+    sys.stderr.write("".join(f"[PE {pe}] {line}\n" for line in text.rstrip().splitlines()))
+    sys.stderr.flush()
+    _end_job(f"raised {exc_type.__name__}: {exc}", 1)
+
+
+_plain_exit = sys.exit
+
+
+def _exit_ending_job(code=None):
+    """sys.exit for multi-PE jobs: a non-zero exit ends every PE, as mpi4py's runner does.
+
+    Without it the exiting PE would wait in MPI's finalize while its peers wait for it.
+    """
+    if _runtime is not None and code not in (None, 0):
+        print(f"[PE {_runtime.my_pe}] sys.exit({code!r})", file=sys.stderr, flush=True)
+        _end_job(f"exited with status {code}", code if isinstance(code, int) else 1)
+    _plain_exit(code)
 
 
 def init(comm=None) -> None:
@@ -96,7 +116,7 @@ def init(comm=None) -> None:
         heap.close()
         raise
     if boot.n_pes > 1:
-        sys.excepthook = _report_and_abort
+        sys.excepthook, sys.exit = _report_and_abort, _exit_ending_job
     wait_all(boot.comm, "pgas.init")
 
 
@@ -109,7 +129,7 @@ def finalize() -> None:
     rt.boot.node_comm.Free()
     rt.boot.comm.Free()
     if sys.excepthook is _report_and_abort:
-        sys.excepthook = sys.__excepthook__
+        sys.excepthook, sys.exit = sys.__excepthook__, _plain_exit
     _runtime, _finalized_once = None, True
 
 
