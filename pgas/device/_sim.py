@@ -31,7 +31,8 @@ WARP_SIZE = 32
 
 
 def runtime(fn: str) -> _runtime.Runtime:
-    """The PE's runtime, found without a context argument."""
+    """The PE's runtime, found without a context argument (only inside a kernel)."""
+    _sim_thread(fn)
     return _runtime.runtime(fn)
 
 

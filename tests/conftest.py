@@ -1,0 +1,74 @@
+"""Shared helpers: run programs on N PEs through pgasrun, check /dev/shm stays clean."""
+from __future__ import annotations
+
+import ast
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PE_DIR = Path(__file__).resolve().parent / "pe"
+PGASRUN = [sys.executable, "-m", "pgas.launcher"]
+TEST_ENV = {"PGAS_TIMEOUT": "30", "PGAS_SYMMETRIC_SIZE": "256m"}
+
+
+def pgasrun(n: int, *command: str, options=(), env=None, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run ``command`` on ``n`` PEs with pgasrun; returns the finished process (text output)."""
+    full_env = dict(os.environ, **TEST_ENV, **(env or {}))
+    return subprocess.run([*PGASRUN, "-np", str(n), *options, *command], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def check_names(module: str) -> list[str]:
+    """The ``check_*`` functions of tests/pe/<module>.py, in file order (read without importing)."""
+    tree = ast.parse((PE_DIR / f"{module}.py").read_text())
+    return [node.name for node in tree.body
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("check_")]
+
+
+_suite_results: dict[tuple[str, int, tuple], dict] = {}
+
+
+def pe_suite(module: str, n: int, options=(), env=None) -> dict:
+    """Run every check of tests/pe/<module>.py on n PEs (once per session); per-PE results."""
+    key = (module, n, tuple(options), tuple(sorted((env or {}).items())))
+    if key not in _suite_results:
+        with tempfile.TemporaryDirectory() as results_dir:
+            proc = pgasrun(n, sys.executable, str(PE_DIR / "runner.py"), str(PE_DIR / f"{module}.py"),
+                           results_dir, options=options, env=env)
+            per_pe = {}
+            for path in glob.glob(os.path.join(results_dir, "pe*.json")):
+                with open(path) as f:
+                    per_pe[int(Path(path).stem[2:])] = json.load(f)
+        _suite_results[key] = {"proc": proc, "per_pe": per_pe}
+    return _suite_results[key]
+
+
+def assert_check_passed(module: str, n: int, name: str, options=(), env=None) -> None:
+    suite = pe_suite(module, n, options, env)
+    proc, per_pe = suite["proc"], suite["per_pe"]
+    if len(per_pe) != n:
+        pytest.fail(f"the {module} suite did not finish on {n} PEs (exit {proc.returncode}):\n"
+                    f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    failures = {pe: r[name] for pe, r in sorted(per_pe.items()) if r.get(name) != "ok"}
+    if failures:
+        pytest.fail("\n".join(f"PE {pe}:\n{text}" for pe, text in failures.items()))
+
+
+def shm_files() -> set[str]:
+    return set(glob.glob("/dev/shm/pgas-*")) | set(glob.glob("/dev/shm/mpich_shm_*"))
+
+
+@pytest.fixture
+def clean_shm():
+    """Fails the test if it leaves pgas or MPICH files in /dev/shm."""
+    before = shm_files()
+    yield
+    left = shm_files() - before
+    assert not left, f"left in /dev/shm: {sorted(left)}"

@@ -1,0 +1,29 @@
+"""Helpers for PE-side checks."""
+import numpy as np
+from mpi4py import MPI
+
+import pgas
+
+DTYPES = [np.int8, np.int32, np.int64, np.uint64, np.float32, np.float64, np.complex128]
+SIZES = [1, 7, 1001, 300_000]   # one, odd, and more than 1 MiB for 4- and 8-byte types
+
+
+def world():
+    return MPI.COMM_WORLD
+
+
+def pattern(pe: int, n: int, dtype) -> np.ndarray:
+    """Values that differ per PE and per element, exactly representable in ``dtype``."""
+    values = (np.arange(n) * 7 + pe * 13 + 1) % 101
+    return values.astype(dtype)
+
+
+def ring_neighbours():
+    me, n = pgas.my_pe(), pgas.n_pes()
+    return me, n, (me + 1) % n, (me - 1) % n
+
+
+def heap_offset(a) -> int:
+    from pgas.host._memory import as_ndarray
+    from pgas.host._runtime import runtime
+    return runtime("test").heap.offset_of(as_ndarray(a, "test", "a"), "test", "a")

@@ -1,0 +1,150 @@
+"""Device RMA inside kernels: p/g, put/get (thread, warp, block, nbi), strided, many threads."""
+import numpy as np
+from numba import cuda
+
+import pgas
+import pgas.device as dev
+from _util import DTYPES, SIZES, pattern, ring_neighbours
+
+
+@cuda.jit
+def put_kernel(dest, src, pe):
+    dev.put(dest, src, pe)
+
+
+@cuda.jit
+def get_kernel(dest, src, pe):
+    dev.get(dest, src, pe)
+
+
+@cuda.jit
+def nbi_kernel(dest, src, fetched, pe):
+    dev.put_nbi(dest, src, pe)
+    dev.get_nbi(fetched, src, pe)
+    dev.quiet()
+
+
+@cuda.jit
+def block_kernel(dest, src, fetched, pe):
+    dev.put_block(dest, src, pe)
+    dev.get_block(fetched, src, pe)
+    dev.put_nbi_block(dest, src, pe)
+    dev.get_nbi_block(fetched, src, pe)
+    dev.quiet()
+
+
+@cuda.jit
+def warp_kernel(dest, src, fetched, pe, chunk):
+    # Warp w moves elements [w*chunk, (w+1)*chunk) with the whole warp cooperating.
+    w = cuda.threadIdx.x // 32
+    lo = w * chunk
+    dev.put_warp(dest[lo:lo + chunk], src[lo:lo + chunk], pe)
+    dev.get_nbi_warp(fetched[lo:lo + chunk], src[lo:lo + chunk], pe)
+    dev.quiet()
+
+
+@cuda.jit
+def p_g_kernel(dest, got, value, pe):
+    i = cuda.threadIdx.x
+    dev.p(dest[i:], value + i, pe)     # every thread writes its own element
+    got[i] = dev.g(dest[i:], dev.my_pe())
+
+
+@cuda.jit
+def strided_kernel(dest, src, fetched, pe):
+    dev.iput(dest, src, 3, 2, 5, pe)     # src[0,2,..,8] -> dest[0,3,..,12]
+    dev.iget(fetched, src, 2, 3, 4, pe)  # peer src[0,3,6,9] -> fetched[0,2,4,6]
+
+
+def check_put_and_get_every_size_and_dtype():
+    me, n, right, left = ring_neighbours()
+    for dtype in DTYPES:
+        for size in SIZES:
+            src = pgas.empty(size, dtype)
+            src.copy_to_device(pattern(me, size, dtype))
+            dest = pgas.zeros(size, dtype)
+            fetched = pgas.zeros(size, dtype)
+            put_kernel[1, 1](dest, src, right)
+            get_kernel[1, 1](fetched, src, right)
+            pgas.barrier_all()
+            assert np.array_equal(dest.copy_to_host(), pattern(left, size, dtype)), (dtype, size)
+            assert np.array_equal(fetched.copy_to_host(), pattern(right, size, dtype)), (dtype, size)
+            pgas.barrier_all()
+            for a in (fetched, dest, src):
+                pgas.free(a)
+
+
+def check_nbi_forms_complete_at_quiet():
+    me, n, right, left = ring_neighbours()
+    src = pgas.empty(1001, np.float64)
+    src.copy_to_device(pattern(me, 1001, np.float64))
+    dest, fetched = pgas.zeros(1001, np.float64), pgas.zeros(1001, np.float64)
+    pgas.barrier_all()
+    nbi_kernel[1, 1](dest, src, fetched, right)
+    pgas.barrier_all()
+    assert np.array_equal(dest.copy_to_host(), pattern(left, 1001, np.float64))
+    assert np.array_equal(fetched.copy_to_host(), pattern(right, 1001, np.float64))
+    for a in (fetched, dest, src):
+        pgas.free(a)
+
+
+def check_block_forms_with_many_threads():
+    me, n, right, left = ring_neighbours()
+    for size in (1, 33, 300_000):
+        src = pgas.empty(size, np.int32)
+        src.copy_to_device(pattern(me, size, np.int32))
+        dest, fetched = pgas.zeros(size, np.int32), pgas.zeros(size, np.int32)
+        pgas.barrier_all()
+        block_kernel[1, 64](dest, src, fetched, right)
+        pgas.barrier_all()
+        assert np.array_equal(dest.copy_to_host(), pattern(left, size, np.int32)), size
+        assert np.array_equal(fetched.copy_to_host(), pattern(right, size, np.int32)), size
+        for a in (fetched, dest, src):
+            pgas.free(a)
+
+
+def check_warp_forms_each_warp_its_chunk():
+    me, n, right, left = ring_neighbours()
+    chunk, warps = 37, 3
+    size = chunk * warps
+    src = pgas.empty(size, np.int64)
+    src.copy_to_device(pattern(me, size, np.int64))
+    dest, fetched = pgas.zeros(size, np.int64), pgas.zeros(size, np.int64)
+    pgas.barrier_all()
+    warp_kernel[1, 32 * warps](dest, src, fetched, right, chunk)
+    pgas.barrier_all()
+    assert np.array_equal(dest.copy_to_host(), pattern(left, size, np.int64))
+    assert np.array_equal(fetched.copy_to_host(), pattern(right, size, np.int64))
+    for a in (fetched, dest, src):
+        pgas.free(a)
+
+
+def check_p_and_g_from_many_threads():
+    me, n, right, left = ring_neighbours()
+    threads = 96
+    dest = pgas.zeros(threads, np.int64)
+    got = np.zeros(threads, np.int64)
+    pgas.barrier_all()
+    p_g_kernel[1, threads](dest, got, 1000 * me, right)
+    pgas.barrier_all()
+    assert dest.copy_to_host().tolist() == [1000 * left + i for i in range(threads)]
+    pgas.free(dest)
+
+
+def check_strided_iput_and_iget():
+    me, n, right, left = ring_neighbours()
+    src = pgas.empty(12, np.int32)
+    src.copy_to_device(np.arange(12, dtype=np.int32) + 100 * me)
+    dest = pgas.full(13, -1, np.int32)
+    fetched = pgas.full(8, -1, np.int32)
+    pgas.barrier_all()
+    strided_kernel[1, 1](dest, src, fetched, right)
+    pgas.barrier_all()
+    expected = np.full(13, -1, np.int32)
+    expected[0:13:3] = np.arange(0, 10, 2) + 100 * left
+    assert np.array_equal(dest.copy_to_host(), expected)
+    expected_fetch = np.full(8, -1, np.int32)
+    expected_fetch[0:8:2] = np.arange(0, 12, 3) + 100 * right
+    assert np.array_equal(fetched.copy_to_host(), expected_fetch)
+    for a in (fetched, dest, src):
+        pgas.free(a)
