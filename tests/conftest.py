@@ -20,7 +20,8 @@ TEST_ENV = {"PGAS_TIMEOUT": "30", "PGAS_SYMMETRIC_SIZE": "256m"}
 
 def pgasrun(n: int, *command: str, options=(), env=None, timeout: float = 240) -> subprocess.CompletedProcess:
     """Run ``command`` on ``n`` PEs with pgasrun; returns the finished process (text output)."""
-    full_env = dict(os.environ, **TEST_ENV, **(env or {}))
+    full_env = {**os.environ, **TEST_ENV, **(env or {})}
+    full_env.pop("PYTHONUNBUFFERED", None)  # whole lines per write, so tagged lines stay whole
     return subprocess.run([*PGASRUN, "-np", str(n), *options, *command], cwd=ROOT, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -59,6 +60,13 @@ def assert_check_passed(module: str, n: int, name: str, options=(), env=None) ->
     failures = {pe: r[name] for pe, r in sorted(per_pe.items()) if r.get(name) != "ok"}
     if failures:
         pytest.fail("\n".join(f"PE {pe}:\n{text}" for pe, text in failures.items()))
+
+
+def pe_lines(proc) -> list[str]:
+    """Tagged stdout lines ``"[pe] text"``, sorted; Hydra tags every write, so unbuffered
+    Python (text and newline written apart) also yields bare ``"[pe] "`` lines: dropped."""
+    return sorted(line for line in proc.stdout.splitlines()
+                  if line.startswith("[") and line.split("]", 1)[1].strip())
 
 
 def shm_files() -> set[str]:

@@ -1,0 +1,155 @@
+"""Bootstrap, emulated nodes, backend choice, debug agreement checks, pgas-info."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, TEST_ENV, pe_lines, pgasrun
+
+
+def run_script(tmp_path, n, text, options=(), env=None):
+    """Run ``text`` on n PEs with tagged (line-whole) output."""
+    script = tmp_path / "prog.py"
+    script.write_text(text)
+    return pgasrun(n, "python", str(script), options=["--tag-output", *options], env=env)
+
+
+SPLIT_COMM = """
+from mpi4py import MPI
+import numpy as np
+import pgas
+world = MPI.COMM_WORLD
+half = world.Split(world.Get_rank() % 2, world.Get_rank())
+pgas.init(comm=half)
+assert pgas.n_pes() == half.Get_size() and pgas.my_pe() == half.Get_rank()
+a = pgas.zeros(1, np.int64)
+pgas.put(a, np.array([world.Get_rank()]), (pgas.my_pe() + 1) % pgas.n_pes())
+pgas.barrier_all()
+left_world = half.allgather(world.Get_rank())[(pgas.my_pe() - 1) % pgas.n_pes()]
+assert a.copy_to_host()[0] == left_world
+pgas.finalize()
+print(f"ok {world.Get_rank()}")
+"""
+
+
+def test_init_from_an_mpi4py_communicator(tmp_path, clean_shm):
+    proc = run_script(tmp_path, 4, SPLIT_COMM)
+    assert proc.returncode == 0, proc.stderr
+    assert pe_lines(proc) == [f"[{pe}] ok {pe}" for pe in range(4)]
+
+
+EMULATED_NODES = """
+import numpy as np
+import pgas, pgas.device as dev
+from numba import cuda
+
+@cuda.jit
+def put_kernel(dest, pe):
+    dev.p(dest, 1, pe)
+
+pgas.init()
+me, n = pgas.my_pe(), pgas.n_pes()
+info = pgas.info()
+per_node = {per_node}
+a = pgas.zeros(1, np.int32)
+for pe in range(n):
+    same = pe // per_node == me // per_node
+    expected = "self" if pe == me else "p2p" if same else "unreachable (no remote transport yet)"
+    assert info["transports"][pe] == expected, (pe, info["transports"])
+    if not same:
+        for call in (lambda: pgas.peer_array(a, pe), lambda: pgas.put(a, np.zeros(1, np.int32), pe),
+                     lambda: put_kernel[1, 1](a, pe)):
+            try:
+                call()
+                raise AssertionError("load/store across emulated nodes must fail")
+            except pgas.PgasError as e:
+                assert f"PE {{pe}} is on another node" in str(e), e
+pgas.finalize()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("how,per_node", [
+    (["--pes-per-node", "2"], 2), ("PGAS_PES_PER_NODE=1", 1), ("PGAS_DISABLE_P2P=1", 1)])
+def test_emulated_nodes_have_no_load_store_between_them(tmp_path, clean_shm, how, per_node):
+    options, env = (how, {}) if isinstance(how, list) else ((), dict([how.split("=")]))
+    proc = run_script(tmp_path, 4, EMULATED_NODES.format(per_node=per_node), options=options, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert pe_lines(proc) == [f"[{pe}] ok" for pe in range(4)]
+
+
+DISAGREE = """
+import numpy as np
+import pgas
+pgas.init()
+try:
+    pgas.empty(10 + pgas.my_pe(), np.float32)
+except pgas.PgasError as e:
+    assert "PEs disagree on a collective allocation" in str(e) and "PE 1:" in str(e), e
+    print("caught")
+pgas.finalize()
+"""
+
+
+def test_debug_mode_catches_pes_that_disagree_on_an_allocation(tmp_path, clean_shm):
+    proc = run_script(tmp_path, 2, DISAGREE, env={"PGAS_DEBUG": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert pe_lines(proc) == ["[0] caught", "[1] caught"]
+
+
+STRESS = """
+import random
+import numpy as np
+import pgas
+pgas.init()
+rng = random.Random(42)           # the same sequence on every PE
+baseline = pgas.info()
+live = []
+for cycle in range(10_000):
+    live.append(pgas.empty(rng.choice([1, 7, 100, 4096, 65536, 1 << 20]), np.uint8))
+    if len(live) > 8 or rng.random() < 0.5:
+        pgas.free(live.pop(rng.randrange(len(live))))
+for a in live:
+    pgas.free(a)
+after = pgas.info()
+assert after["heap_used"] == baseline["heap_used"], (baseline, after)
+from pgas.host._runtime import runtime
+assert runtime("t").allocator.largest_free() == baseline["heap_free"]   # fully merged again
+pgas.finalize()
+print("ok")
+"""
+
+
+def test_alloc_free_stress_does_not_grow_the_heap(tmp_path, clean_shm):
+    proc = run_script(tmp_path, 2, STRESS)
+    assert proc.returncode == 0, proc.stderr
+    assert pe_lines(proc) == ["[0] ok", "[1] ok"]
+
+
+def run_python(code, **env):
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **TEST_ENV, **env}, timeout=120)
+
+
+def test_backend_choice_and_bad_values():
+    auto = run_python("import pgas; pgas.init(); print(pgas.backend())", PGAS_BACKEND="auto")
+    assert auto.stdout.strip() == "simulator"
+    assert "pgas: using the simulator backend" in auto.stderr
+    bad = run_python("import pgas", PGAS_BACKEND="gpu")
+    assert "PGAS_BACKEND='gpu' is not valid: expected one of auto, cuda, simulator" in bad.stderr
+    size = run_python("import pgas; pgas.init()", PGAS_SYMMETRIC_SIZE="lots")
+    assert "PGAS_SYMMETRIC_SIZE='lots' is not valid: expected a byte count" in size.stderr
+    late = run_python("import numba.cuda; import pgas", PGAS_BACKEND="simulator", NUMBA_ENABLE_CUDASIM="0")
+    assert "numba.cuda was imported before pgas" in late.stderr
+
+
+def test_pgas_info_lists_every_variable():
+    from pgas._env import VARIABLES
+    proc = subprocess.run(["pgas-info"], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PGAS_SYMMETRIC_SIZE="64m"))
+    assert proc.returncode == 0, proc.stderr
+    assert "pgas 0.1.0" in proc.stdout and "backend: simulator" in proc.stdout
+    assert "symmetric heap per PE: 67108864 bytes" in proc.stdout
+    for name, var in VARIABLES.items():
+        assert name in proc.stdout and var.meaning in proc.stdout

@@ -1,0 +1,39 @@
+"""The examples, on 1 to 4 PEs, under pgasrun, plain mpiexec, and alone."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, TEST_ENV, pe_lines, pgasrun
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_shift(n, clean_shm):
+    proc = pgasrun(n, "python", "examples/shift.py", options=["--tag-output"])
+    assert proc.returncode == 0, proc.stderr
+    assert pe_lines(proc) == sorted(f"[{pe}] PE {pe} received {(pe - 1) % n}" for pe in range(n))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_ring(n, clean_shm):
+    proc = pgasrun(n, "python", "examples/ring.py")
+    assert proc.returncode == 0, proc.stderr
+    total = n * (n - 1) // 2
+    assert f"PE 0: the message came back round {n} PEs carrying {total} (expected {total})" in proc.stdout
+
+
+def test_shift_under_plain_mpiexec(clean_shm):
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    proc = subprocess.run([mpiexec, "-n", "3", "-prepend-rank", sys.executable, "examples/shift.py"], cwd=ROOT,
+                          env=dict(os.environ, **TEST_ENV), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert pe_lines(proc) == ["[0] PE 0 received 2", "[1] PE 1 received 0", "[2] PE 2 received 1"]
+    assert proc.stderr.count("using the simulator backend") == 1  # said once, not per PE
+
+
+def test_shift_alone_is_one_pe(clean_shm):
+    proc = subprocess.run([sys.executable, "examples/shift.py"], cwd=ROOT, env=dict(os.environ, **TEST_ENV),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "PE 0 received 0"

@@ -1,0 +1,55 @@
+"""Single-process units: the allocator and the environment parser."""
+import random
+
+import pytest
+
+from pgas._env import parse_size, setting
+from pgas._errors import PgasError, PgasValueError
+from pgas.host._allocator import ALIGNMENT, HeapAllocator
+
+
+def test_allocator_is_aligned_deterministic_and_merges():
+    def run():
+        heap, rng, live, offsets = HeapAllocator(1 << 20), random.Random(7), [], []
+        for _ in range(2000):
+            if live and rng.random() < 0.45:
+                heap.release(live.pop(rng.randrange(len(live))))
+            else:
+                live.append(heap.allocate(rng.randrange(0, 5000)))
+                offsets.append(live[-1])
+        for offset in live:
+            heap.release(offset)
+        return heap, offsets
+    heap, offsets = run()
+    assert offsets == run()[1]
+    assert all(o % ALIGNMENT == 0 for o in offsets)
+    assert heap.bytes_free == heap.size and heap.largest_free() == heap.size
+
+
+def test_allocator_blocks_do_not_overlap():
+    heap = HeapAllocator(1 << 16)
+    blocks = [(heap.allocate(n), n) for n in (1, 300, 256, 1000, 0)]
+    spans = sorted((o, o + max(n, 1)) for o, n in blocks)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+
+
+def test_allocator_exhaustion_message():
+    heap = HeapAllocator(4096)
+    heap.allocate(4000)
+    with pytest.raises(PgasError, match=r"asked for 100 bytes, 0 bytes free .* raise PGAS_SYMMETRIC_SIZE"):
+        heap.allocate(100)
+
+
+@pytest.mark.parametrize("text,value", [("4096", 4096), ("512k", 512 << 10), ("64m", 64 << 20),
+                                        ("2g", 2 << 30), ("1GiB", 1 << 30), ("3 MB", 3 << 20)])
+def test_parse_size(text, value):
+    assert parse_size(text) == value
+
+
+def test_setting_reports_the_variable_and_value(monkeypatch):
+    monkeypatch.setenv("PGAS_TIMEOUT", "-4")
+    with pytest.raises(PgasValueError, match=r"PGAS_TIMEOUT='-4' is not valid: expected a number of seconds > 0"):
+        setting("PGAS_TIMEOUT")
+    monkeypatch.setenv("PGAS_DEBUG", "maybe")
+    with pytest.raises(PgasValueError, match=r"PGAS_DEBUG='maybe' is not valid: expected 0 or 1"):
+        setting("PGAS_DEBUG")
