@@ -1,0 +1,1 @@
+"""pgas benchmarks: ``python -m pgas.bench NAME`` (run under pgasrun)."""

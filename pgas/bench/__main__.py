@@ -1,0 +1,20 @@
+"""``python -m pgas.bench NAME``: run one benchmark (under pgasrun for several PEs)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = {"put_bw": "host put bandwidth to a peer vs a local copy (2 PEs)"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m pgas.bench",
+        epilog="benchmarks: " + "; ".join(f"{k}: {v}" for k, v in BENCHMARKS.items()))
+    parser.add_argument("name", choices=sorted(BENCHMARKS))
+    args = parser.parse_args()
+    importlib.import_module(f"pgas.bench.{args.name}").main()
+
+
+if __name__ == "__main__":
+    main()
