@@ -75,7 +75,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("PGAS_DISABLE_P2P", "0", _parse_bool,
              "1: no load/store between PEs at all, as if every PE were on its own node"),
     Variable("PGAS_REMOTE_TRANSPORT", "ibgda", _choice("ibgda", "proxy"),
-             "transport between nodes: ibgda (GPU-initiated) or proxy (CPU thread)"),
+             "transport between nodes: ibgda (GPU-initiated) or proxy (CPU thread); "
+             "not in this version yet: PEs on other nodes are unreachable"),
     Variable("PGAS_TIMEOUT", "300", _positive_float,
              "seconds a blocking wait (wait_until, barriers, quiet) may take before it fails"),
     Variable("PGAS_DEBUG", "0", _parse_bool,

@@ -18,11 +18,16 @@ PGASRUN = [sys.executable, "-m", "pgas.launcher"]
 TEST_ENV = {"PGAS_TIMEOUT": "30", "PGAS_SYMMETRIC_SIZE": "256m"}
 
 
+def pe_env(**extra) -> dict:
+    """The environment for programs the tests start: short timeouts, a smaller heap."""
+    env = {**os.environ, **TEST_ENV, **extra}
+    env.pop("PYTHONUNBUFFERED", None)  # whole lines per write, so tagged lines stay whole
+    return env
+
+
 def pgasrun(n: int, *command: str, options=(), env=None, timeout: float = 240) -> subprocess.CompletedProcess:
     """Run ``command`` on ``n`` PEs with pgasrun; returns the finished process (text output)."""
-    full_env = {**os.environ, **TEST_ENV, **(env or {})}
-    full_env.pop("PYTHONUNBUFFERED", None)  # whole lines per write, so tagged lines stay whole
-    return subprocess.run([*PGASRUN, "-np", str(n), *options, *command], cwd=ROOT, env=full_env,
+    return subprocess.run([*PGASRUN, "-np", str(n), *options, *command], cwd=ROOT, env=pe_env(**(env or {})),
                           capture_output=True, text=True, timeout=timeout)
 
 

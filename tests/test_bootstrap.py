@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, TEST_ENV, pe_lines, pgasrun
+from conftest import ROOT, pe_lines, pgasrun, pe_env
 
 
 def run_script(tmp_path, n, text, options=(), env=None):
@@ -129,7 +129,7 @@ def test_alloc_free_stress_does_not_grow_the_heap(tmp_path, clean_shm):
 
 def run_python(code, **env):
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, **TEST_ENV, **env}, timeout=120)
+                          env=pe_env(**env), timeout=120)
 
 
 def test_backend_choice_and_bad_values():

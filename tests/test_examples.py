@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, TEST_ENV, pe_lines, pgasrun
+from conftest import ROOT, pe_lines, pgasrun, pe_env
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
@@ -26,14 +26,14 @@ def test_ring(n, clean_shm):
 def test_shift_under_plain_mpiexec(clean_shm):
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     proc = subprocess.run([mpiexec, "-n", "3", "-prepend-rank", sys.executable, "examples/shift.py"], cwd=ROOT,
-                          env=dict(os.environ, **TEST_ENV), capture_output=True, text=True, timeout=120)
+                          env=pe_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert pe_lines(proc) == ["[0] PE 0 received 2", "[1] PE 1 received 0", "[2] PE 2 received 1"]
     assert proc.stderr.count("using the simulator backend") == 1  # said once, not per PE
 
 
 def test_shift_alone_is_one_pe(clean_shm):
-    proc = subprocess.run([sys.executable, "examples/shift.py"], cwd=ROOT, env=dict(os.environ, **TEST_ENV),
+    proc = subprocess.run([sys.executable, "examples/shift.py"], cwd=ROOT, env=pe_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "PE 0 received 0"

@@ -28,21 +28,21 @@ def g(src, pe):
     return remote.reshape(-1)[0]
 
 
-def _put(fn, dest, src, pe, scope):
-    rank, size = _p.group_rank_and_size(scope, fn)
-    s = _p.plain(src, fn, "src")
-    remote = _p.peer(dest, pe, fn, "dest")
-    _p.check_copy(fn, remote, "dest", 1, s, "src", 1, s.size)
-    _p.copy_strided(remote, 1, s, 1, s.size, rank, size)
-    _p.group_sync(scope, fn)
+def _copy(fn, dest, src, pe, to_peer, scope, dst_stride=1, src_stride=1, nelems=None):
+    """The one copy behind every put/get form: ``to_peer`` says which side is PE ``pe``'s.
 
-
-def _get(fn, dest, src, pe, scope):
+    ``nelems`` defaults to ``src.size`` for puts and ``dest.size`` for gets. Threads of the
+    group (``scope``) copy every size-th element from their rank, then synchronize.
+    """
     rank, size = _p.group_rank_and_size(scope, fn)
-    d = _p.plain(dest, fn, "dest")
-    remote = _p.peer(src, pe, fn, "src")
-    _p.check_copy(fn, d, "dest", 1, remote, "src", 1, d.size)
-    _p.copy_strided(d, 1, remote, 1, d.size, rank, size)
+    if to_peer:
+        d, s = _p.peer(dest, pe, fn, "dest"), _p.plain(src, fn, "src")
+    else:
+        d, s = _p.plain(dest, fn, "dest"), _p.peer(src, pe, fn, "src")
+    if nelems is None:
+        nelems = s.size if to_peer else d.size
+    _p.check_copy(fn, d, "dest", dst_stride, s, "src", src_stride, nelems)
+    _p.copy_strided(d, dst_stride, s, src_stride, nelems, rank, size)
     _p.group_sync(scope, fn)
 
 
@@ -52,20 +52,12 @@ def iput(dest, src, dst_stride, src_stride, nelems, pe):
     Element ``i`` (``i < nelems``) of ``src`` at ``i*src_stride`` goes to ``i*dst_stride`` of
     PE ``pe``'s ``dest``; strides count elements.
     """
-    fn = "pgas.device.iput"
-    s = _p.plain(src, fn, "src")
-    remote = _p.peer(dest, pe, fn, "dest")
-    _p.check_copy(fn, remote, "dest", dst_stride, s, "src", src_stride, nelems)
-    _p.copy_strided(remote, dst_stride, s, src_stride, nelems, 0, 1)
+    _copy("pgas.device.iput", dest, src, pe, True, _p.THREAD, dst_stride, src_stride, nelems)
 
 
 def iget(dest, src, dst_stride, src_stride, nelems, pe):
     """iget(dest, src, dst_stride, src_stride, nelems, pe): strided get from PE ``pe``'s ``src``."""
-    fn = "pgas.device.iget"
-    d = _p.plain(dest, fn, "dest")
-    remote = _p.peer(src, pe, fn, "src")
-    _p.check_copy(fn, d, "dest", dst_stride, remote, "src", src_stride, nelems)
-    _p.copy_strided(d, dst_stride, remote, src_stride, nelems, 0, 1)
+    _copy("pgas.device.iget", dest, src, pe, False, _p.THREAD, dst_stride, src_stride, nelems)
 
 
 _SCOPES = {"": _p.THREAD, "_warp": _p.WARP, "_block": _p.BLOCK}
@@ -75,19 +67,19 @@ _SCOPE_DOCS = {
     "_block": "All threads of the block must call this with the same arguments; they share the copy.",
 }
 _OPS = {
-    "put": (_put, "copy ``src.size`` elements of local ``src`` into PE ``pe``'s ``dest``."),
-    "get": (_get, "copy ``dest.size`` elements of PE ``pe``'s ``src`` into local ``dest``."),
+    "put": (True, "copy ``src.size`` elements of local ``src`` into PE ``pe``'s ``dest``."),
+    "get": (False, "copy ``dest.size`` elements of PE ``pe``'s ``src`` into local ``dest``."),
 }
 
 
 def _make(op: str, nbi: bool, suffix: str):
-    body, what = _OPS[op]
+    to_peer, what = _OPS[op]
     scope = _SCOPES[suffix]
     name = f"{op}{'_nbi' if nbi else ''}{suffix}"
     fn = f"pgas.device.{name}"
 
     def rma(dest, src, pe):
-        body(fn, dest, src, pe, scope)
+        _copy(fn, dest, src, pe, to_peer, scope)
 
     rma.__name__ = rma.__qualname__ = name
     done = ("Returns once the copy is issued; it is complete after ``quiet``." if nbi else
