@@ -10,4 +10,4 @@ from ._runtime import __all__ as _runtime_all
 from ._sync import *  # noqa: F401,F403
 from ._sync import __all__ as _sync_all
 
-__all__ = _runtime_all + _memory_all + _rma_all + _sync_all + ["info"]
+__all__ = _runtime_all + _memory_all + _rma_all + _sync_all + _info_all
