@@ -9,7 +9,7 @@ from .._backend import backend_name
 from .._env import VARIABLES, setting
 from ._runtime import runtime
 
-__all__ = ["info", "main"]
+__all__ = ["info"]  # main is the pgas-info entry point, not API
 
 
 def _transport(rt, pe: int) -> str:
