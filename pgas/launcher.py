@@ -107,18 +107,48 @@ def _sweep_shared_memory(job_id: str, mpich_before: set[str]) -> None:
             pass
 
 
+def _live_members(group: int) -> list[int]:
+    """Processes of process group ``group`` that are still running (zombies excluded)."""
+    members = []
+    for stat_path in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat_path) as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == group and state not in ("Z", "X"):
+            members.append(int(stat_path.split("/")[2]))
+    return members
+
+
+def _wait_group_gone(group: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _live_members(group):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _stop(proc: subprocess.Popen) -> None:
     """Stop mpiexec and every process it started (they share its process group)."""
-    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
-        try:
-            proc.wait(wait)
+        if _wait_group_gone(proc.pid, STOP_GRACE_S):
             return
-        except subprocess.TimeoutExpired:
-            continue
+
+
+def _finish(proc: subprocess.Popen) -> int:
+    """mpiexec's exit status, once every process of the run is gone: a PE that outlives
+    mpiexec still maps MPICH's segments, which the sweep must not miss."""
+    code = proc.wait()
+    if not _wait_group_gone(proc.pid, STOP_GRACE_S):
+        _stop(proc)
+    return code
 
 
 def _failures(run_dir: str) -> list[tuple[float, str, str]]:
@@ -141,7 +171,7 @@ def _supervise(proc: subprocess.Popen, run_dir: str, timeout: float | None) -> t
             _stop(proc)
             return 124, f"the run took longer than --timeout {timeout:g} s; every PE was stopped"
         time.sleep(0.05)
-    code = proc.wait()
+    code = _finish(proc)
     failures = _failures(run_dir)
     if failures:
         _, pe, how = failures[0]
