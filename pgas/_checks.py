@@ -8,9 +8,11 @@ import numbers
 
 import numpy as np
 
+from ._constants import SIGNAL_ADD, SIGNAL_SET
 from ._errors import PgasValueError
 
-__all__ = ["check_pe", "check_dtypes_match", "check_fits", "check_contiguous", "check_nonnegative"]
+__all__ = ["check_pe", "check_dtypes_match", "check_fits", "check_contiguous", "check_nonnegative",
+           "check_signal", "check_sig_op"]
 
 
 def check_pe(fn: str, pe, n_pes: int, what: str = "pe") -> int:
@@ -43,3 +45,18 @@ def check_nonnegative(fn: str, what: str, value) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
         raise PgasValueError(f"{fn}: {what} must be a non-negative integer, got {value!r}")
     return int(value)
+
+
+_SIGNAL_DTYPES = (np.dtype(np.uint64), np.dtype(np.int64))
+
+
+def check_signal(fn: str, signal: np.ndarray) -> None:
+    """A signal is element 0 of a uint64 (or int64) array."""
+    if signal.dtype not in _SIGNAL_DTYPES or signal.size == 0:
+        raise PgasValueError(f"{fn}: signal must be a non-empty uint64 (or int64) symmetric array, "
+                             f"got {signal.dtype} with {signal.size} elements")
+
+
+def check_sig_op(fn: str, sig_op) -> None:
+    if sig_op not in (SIGNAL_SET, SIGNAL_ADD):
+        raise PgasValueError(f"{fn}: sig_op must be pgas.SIGNAL_SET or pgas.SIGNAL_ADD, got {sig_op!r}")

@@ -1,9 +1,9 @@
-"""Device queries: which PE am I, how many are there."""
+"""Device queries: which PE am I, how many are there, and the same within a team."""
 from __future__ import annotations
 
 from ._primitives import prim as _p
 
-__all__ = ["my_pe", "n_pes"]
+__all__ = ["my_pe", "n_pes", "team_my_pe", "team_n_pes", "team_translate_pe"]
 
 
 def my_pe():
@@ -14,3 +14,23 @@ def my_pe():
 def n_pes():
     """n_pes() -> the number of PEs in the job."""
     return _p.runtime("pgas.device.n_pes").n_pes
+
+
+def team_my_pe(team):
+    """team_my_pe(team) -> this PE's rank in ``team``."""
+    return _p.team(team, "pgas.device.team_my_pe").my_index
+
+
+def team_n_pes(team):
+    """team_n_pes(team) -> the number of PEs in ``team``."""
+    return _p.team(team, "pgas.device.team_n_pes").size
+
+
+def team_translate_pe(src_team, pe, dest_team):
+    """team_translate_pe(src_team, pe, dest_team) -> the rank in ``dest_team`` of the PE
+    with rank ``pe`` in ``src_team``, or -1 if it is not a member of ``dest_team``."""
+    fn = "pgas.device.team_translate_pe"
+    src, dest = _p.team(src_team, fn), _p.team(dest_team, fn)
+    if not 0 <= pe < src.size:
+        return -1
+    return dest.index_of(src.pes[pe])

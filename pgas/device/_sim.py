@@ -8,22 +8,25 @@ thread would otherwise starve the thread it waits for) and gives up after PGAS_T
 """
 from __future__ import annotations
 
+import functools
 import threading
-import time
 
 import numpy as np
 
-from .._constants import CMP_NAMES
-from .._checks import check_contiguous, check_nonnegative, check_pe
+from .. import _cpu_atomics
+from .._checks import check_contiguous, check_nonnegative, check_pe, check_sig_op, check_signal
 from .._errors import PgasError, PgasTimeoutError, PgasValueError
+from .._waiting import Wait, check_cmp, cmp_name
 from ..host import _runtime
 from ..host._memory import as_ndarray
-from . import _cpu_atomics
+from ..host._team_table import team_of
 
 __all__ = [
     "THREAD", "WARP", "BLOCK", "WARP_SIZE",
-    "runtime", "local", "peer", "copy_strided", "load_acquire", "store_release", "fence",
-    "group_rank_and_size", "group_sync", "Wait",
+    "runtime", "local", "peer", "plain", "team", "barrier_words", "copy_strided",
+    "load_acquire", "store_release", "fence", "atomic_rmw", "atomic_compare_swap",
+    "group_rank_and_size", "group_sync", "wait", "check_not_empty", "check_copy",
+    "check_cmp", "cmp_name", "check_signal", "check_sig_op", "device_function",
 ]
 
 THREAD, WARP, BLOCK = 0, 1, 2
@@ -36,10 +39,26 @@ def runtime(fn: str) -> _runtime.Runtime:
     return _runtime.runtime(fn)
 
 
+def _check_allocated(rt: _runtime.Runtime, data: np.ndarray, fn: str, what: str) -> None:
+    """PGAS_DEBUG: ``data`` must lie inside one live allocation (not freed, not past its end)."""
+    offset = rt.heap.offset_of(data, fn, what)
+    end = offset + data.nbytes
+    block = rt.allocator.block_containing(offset)
+    if block is None or end > block[0] + block[1]:
+        where = ("is not inside any live symmetric array (freed, or never allocated)" if block is None else
+                 f"runs {end - block[0] - block[1]} bytes past the end of its symmetric array "
+                 f"({block[1]} bytes reserved at heap offset {block[0]})")
+        raise PgasValueError(f"{fn}: {what} (heap bytes [{offset}, {end})) {where}")
+
+
 def local(arr, fn: str, what: str) -> np.ndarray:
     """This PE's copy of a symmetric kernel argument, as numpy (checked symmetric)."""
+    rt = runtime(fn)
     data = as_ndarray(arr, fn, what)
-    runtime(fn).heap.offset_of(data, fn, what)
+    if rt.debug:
+        _check_allocated(rt, data, fn, what)
+    else:
+        rt.heap.offset_of(data, fn, what)
     return data
 
 
@@ -47,7 +66,20 @@ def peer(arr, pe, fn: str, what: str) -> np.ndarray:
     """PE ``pe``'s copy of symmetric ``arr`` (load/store reachable), as numpy."""
     rt = runtime(fn)
     pe = check_pe(fn, pe, rt.n_pes)
-    return rt.heap.view_on(pe, as_ndarray(arr, fn, what), fn, what)
+    data = as_ndarray(arr, fn, what)
+    if rt.debug:
+        _check_allocated(rt, data, fn, what)
+    return rt.heap.view_on(pe, data, fn, what)
+
+
+def team(handle, fn: str):
+    """The team behind ``handle`` (pes, my_index, size), checked."""
+    return team_of(runtime(fn), handle, fn)
+
+
+def barrier_words(handle: int, fn: str) -> np.ndarray:
+    """Team ``handle``'s row of device barrier words: a flag per member rank, epoch last."""
+    return runtime(fn).sync_words[handle]
 
 
 def plain(arr, fn: str, what: str) -> np.ndarray:
@@ -75,6 +107,33 @@ def store_release(arr: np.ndarray, value, fn: str, what: str) -> None:
 
 def fence() -> None:
     _cpu_atomics.fence()
+
+
+def atomic_rmw(arr: np.ndarray, op: str, value, fn: str, what: str):
+    """Atomic read-modify-write of element 0 (op: xchg add and or xor); the old value."""
+    return _cpu_atomics.rmw(arr, op, value, fn, what)
+
+
+def atomic_compare_swap(arr: np.ndarray, cond, value, fn: str, what: str):
+    return _cpu_atomics.compare_swap(arr, cond, value, fn, what)
+
+
+def wait(fn: str) -> Wait:
+    """The clock of one wait loop of a device function (PGAS_TIMEOUT)."""
+    return Wait(fn, runtime(fn).timeout)
+
+
+def device_function(function):
+    """Every public device function, in the simulator: errors also name the calling PE
+    (numba's simulator adds the thread and block)."""
+    @functools.wraps(function)
+    def called_on_a_pe(*args):
+        try:
+            return function(*args)
+        except PgasError as exc:
+            pe = _runtime._runtime.my_pe if _runtime._runtime is not None else "?"
+            raise type(exc)(f"{exc} [on PE {pe}]") from None
+    return called_on_a_pe
 
 
 # Cooperative groups -----------------------------------------------------------------
@@ -128,21 +187,6 @@ def group_sync(scope: int, fn: str) -> None:
             f"PGAS_TIMEOUT={timeout:g} s (all threads of the warp must call it)") from None
 
 
-class Wait:
-    """One wait loop's clock: ``pause()`` yields, and raises once PGAS_TIMEOUT has passed."""
-
-    def __init__(self, fn: str):
-        self.fn = fn
-        self.timeout = runtime(fn).timeout
-        self.deadline = time.monotonic() + self.timeout
-
-    def pause(self, waiting_for: str) -> None:
-        if time.monotonic() > self.deadline:
-            raise PgasTimeoutError(
-                f"{self.fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for}")
-        time.sleep(0)  # let the simulated thread we are waiting on run
-
-
 def check_not_empty(fn: str, what: str, arr: np.ndarray) -> None:
     if arr.size == 0:
         raise PgasValueError(f"{fn}: {what} is empty; it needs at least one element")
@@ -164,11 +208,3 @@ def check_copy(fn: str, dst: np.ndarray, dst_name: str, dst_stride, src: np.ndar
                 f"{fn}: {name} has {arr.size} elements but {nelems} elements at stride {stride} "
                 f"need {(nelems - 1) * stride + 1}")
 
-
-def check_cmp(fn: str, cmp) -> None:
-    if cmp not in CMP_NAMES:
-        raise PgasValueError(f"{fn}: cmp must be one of pgas.CMP_EQ/NE/GT/GE/LT/LE, got {cmp!r}")
-
-
-def cmp_name(cmp) -> str:
-    return CMP_NAMES[cmp]

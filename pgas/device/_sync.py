@@ -2,24 +2,28 @@
 
 Guarantees, as in NVSHMEM:
 
-- ``fence()``: puts, p and nbi puts issued by the calling thread to a PE before the fence
-  are delivered to that PE before those issued after it.
-- ``quiet()``: every put, get and nbi operation the calling thread issued is complete, and
-  its data visible to the target PE, when ``quiet`` returns.
+- ``fence()``: puts, p, nbi puts and put_signals issued by the calling thread to a PE
+  before the fence are delivered to that PE before those issued after it.
+- ``quiet()``: every put, get, atomic, signal and nbi operation the calling thread
+  issued is complete, and its data visible to the target PE, when ``quiet`` returns. On
+  the load/store path every store is issued at the call, so quiet only orders memory
+  (it never waits, hence never times out).
 - ``wait_until(ivar, cmp, value)``: returns once the local ``ivar[0]`` satisfies
   ``ivar[0] <cmp> value``; later loads see every store that happened before the store that
-  satisfied it (acquire).
-- ``barrier_all()``: ``quiet``, then wait until every PE has arrived. ``sync_all()``: the
-  arrival wait only. One thread per PE calls these; in the ``_block`` forms every thread
-  of one block calls and the block synchronizes before and after.
+  satisfied it (acquire). Fails after PGAS_TIMEOUT naming what it waited for.
+- ``barrier(team)``: ``quiet``, then wait until every member of ``team`` has arrived.
+  ``sync(team)``: the arrival wait only. ``barrier_all`` / ``sync_all`` are those over
+  TEAM_WORLD. One thread per PE calls them; in the ``_warp`` / ``_block`` forms every
+  thread of one warp / block calls, and the group synchronizes before and after. A
+  barrier that times out names the PEs that had not arrived.
 """
 from __future__ import annotations
 
-from .._constants import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE
+from .._constants import TEAM_WORLD
+from .._waiting import compare
 from ._primitives import prim as _p
 
-__all__ = ["fence", "quiet", "wait_until", "test",
-           "barrier_all", "sync_all", "barrier_all_block", "sync_all_block"]
+__all__ = ["fence", "quiet", "wait_until", "test"]
 
 
 def fence():
@@ -34,27 +38,22 @@ def quiet():
     _p.fence()
 
 
-def _compare(value, cmp, target):
-    if cmp == CMP_EQ:
-        return value == target
-    if cmp == CMP_NE:
-        return value != target
-    if cmp == CMP_GT:
-        return value > target
-    if cmp == CMP_GE:
-        return value >= target
-    if cmp == CMP_LT:
-        return value < target
-    if cmp == CMP_LE:
-        return value <= target
-    return False
-
-
 def test(ivar, cmp, value):
     """test(ivar, cmp, value) -> bool: does the local ``ivar[0] <cmp> value`` hold now?"""
     fn = "pgas.device.test"
     _p.check_cmp(fn, cmp)
-    return bool(_compare(_p.load_acquire(_p.local(ivar, fn, "ivar"), fn, "ivar"), cmp, value))
+    return bool(compare(_p.load_acquire(_p.local(ivar, fn, "ivar"), fn, "ivar"), cmp, value))
+
+
+def wait_for_value(fn, word, what, cmp, value):
+    """Poll local ``word[0]`` (acquire) until ``word[0] <cmp> value``; returns the value seen."""
+    _p.check_cmp(fn, cmp)
+    wait = _p.wait(fn)
+    while True:
+        seen = _p.load_acquire(word, fn, what)
+        if compare(seen, cmp, value):
+            return seen
+        wait.pause(f"{what} {_p.cmp_name(cmp)} {value} (last value seen: {seen})")
 
 
 def wait_until(ivar, cmp, value):
@@ -63,58 +62,66 @@ def wait_until(ivar, cmp, value):
     Fails with PgasTimeoutError after PGAS_TIMEOUT seconds.
     """
     fn = "pgas.device.wait_until"
-    _p.check_cmp(fn, cmp)
-    word = _p.local(ivar, fn, "ivar")
-    wait = _p.Wait(fn)
-    while True:
-        seen = _p.load_acquire(word, fn, "ivar")
-        if _compare(seen, cmp, value):
-            return
-        wait.pause(f"ivar {_p.cmp_name(cmp)} {value} (last value seen: {seen})")
+    wait_for_value(fn, _p.local(ivar, fn, "ivar"), "ivar", cmp, value)
 
 
-def _sync_all(fn: str, complete_first: bool) -> None:
-    """Epoch barrier: each PE raises its arrival flag on every PE, then waits for all flags.
+def _team_sync(fn, team, complete_first):
+    """Epoch barrier over ``team``: raise my arrival flag on every member, wait for all flags.
 
-    ``words`` is the runtime's array at heap offset 0: flag of PE q at [q], own epoch at [n].
+    Each team has a row of words on every PE: the flag of team rank q at [q], this PE's
+    epoch for the team last.
     """
-    rt = _p.runtime(fn)
-    words, me, n = rt.sync_words, rt.my_pe, rt.n_pes
+    members = _p.team(team, fn)
+    words = _p.barrier_words(members.handle, fn)
     if complete_first:
         _p.fence()
-    epoch = words[n] + 1
-    words[n] = epoch
-    for pe in range(n):
+    epoch = words[-1] + 1
+    words[-1] = epoch
+    me = members.my_index
+    for pe in members.pes:
         _p.store_release(_p.peer(words[me:me + 1], pe, fn, "barrier flag"), epoch, fn, "barrier flag")
-    wait = _p.Wait(fn)
-    for pe in range(n):
-        while _p.load_acquire(words[pe:pe + 1], fn, "barrier flag") < epoch:
-            missing = [q for q in range(n) if words[q] < epoch]
-            wait.pause(f"PEs {missing} to arrive")
+    wait = _p.wait(fn)
+    for q in range(members.size):
+        while _p.load_acquire(words[q:q + 1], fn, "barrier flag") < epoch:
+            missing = [members.pes[r] for r in range(members.size) if words[r] < epoch]
+            wait.pause(f"PEs {missing} to arrive (team {members.handle})")
 
 
-def barrier_all():
-    """barrier_all(): quiet, then wait for every PE (one thread per PE calls it)."""
-    _sync_all("pgas.device.barrier_all", True)
+def _grouped_sync(fn, scope, team, complete_first):
+    """``_team_sync`` done once per thread / warp / block, the group synchronized around it."""
+    _p.group_sync(scope, fn)
+    if _p.group_rank_and_size(scope, fn)[0] == 0:
+        _team_sync(fn, team, complete_first)
+    _p.group_sync(scope, fn)
 
 
-def sync_all():
-    """sync_all(): wait for every PE, without completing RMA (one thread per PE)."""
-    _sync_all("pgas.device.sync_all", False)
+_SCOPES = {"": (_p.THREAD, "One thread per PE calls it."),
+           "_warp": (_p.WARP, "Every thread of one warp calls it."),
+           "_block": (_p.BLOCK, "Every thread of one block calls it.")}
 
 
-def _in_block(fn: str, complete_first: bool) -> None:
-    _p.group_sync(_p.BLOCK, fn)
-    if _p.group_rank_and_size(_p.BLOCK, fn)[0] == 0:
-        _sync_all(fn, complete_first)
-    _p.group_sync(_p.BLOCK, fn)
+def _make(name: str, suffix: str, complete_first: bool, on_team: bool):
+    scope, who = _SCOPES[suffix]
+    full = name + suffix
+    fn = f"pgas.device.{full}"
+    what = ("quiet, then wait for every member" if complete_first else
+            "wait for every member, without completing RMA,")
+    if on_team:
+        def sync_op(team):
+            _grouped_sync(fn, scope, team, complete_first)
+        sync_op.__doc__ = f"{full}(team): {what} of ``team``. {who}"
+    else:
+        def sync_op():
+            _grouped_sync(fn, scope, TEAM_WORLD, complete_first)
+        sync_op.__doc__ = f"{full}(): {what} of TEAM_WORLD. {who}"
+    sync_op.__name__ = sync_op.__qualname__ = full
+    return sync_op
 
 
-def barrier_all_block():
-    """barrier_all_block(): barrier_all for a whole block; every thread of one block calls it."""
-    _in_block("pgas.device.barrier_all_block", True)
-
-
-def sync_all_block():
-    """sync_all_block(): sync_all for a whole block; every thread of one block calls it."""
-    _in_block("pgas.device.sync_all_block", False)
+for _name, _complete, _on_team in (("barrier_all", True, False), ("sync_all", False, False),
+                                   ("barrier", True, True), ("sync", False, True)):
+    for _suffix in _SCOPES:
+        _f = _make(_name, _suffix, _complete, _on_team)
+        globals()[_f.__name__] = _f
+        __all__.append(_f.__name__)
+del _name, _complete, _on_team, _suffix, _f

@@ -81,3 +81,12 @@ class HeapAllocator:
     def block_at(self, offset: int) -> int | None:
         """Reserved size of the block that starts at ``offset``, or None."""
         return self._used.get(offset)
+
+    def block_containing(self, offset: int) -> tuple[int, int] | None:
+        """``(start, reserved bytes)`` of the live block holding byte ``offset``, or None."""
+        starts = sorted(self._used)
+        index = bisect.bisect_right(starts, offset) - 1
+        if index < 0:
+            return None
+        start = starts[index]
+        return (start, self._used[start]) if offset < start + self._used[start] else None

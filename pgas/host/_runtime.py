@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._backend import backend_name
+from .._constants import MAX_TEAMS
 from .._env import setting
 from .._errors import PgasError, PgasTimeoutError
 from ._allocator import HeapAllocator
 from ._bootstrap import Bootstrap, bootstrap
 from ._heap import SymmetricHeap
+from ._team_table import predefined_teams
 
 __all__ = ["init", "finalize", "is_initialized", "my_pe", "n_pes", "backend"]
 
@@ -28,15 +30,18 @@ class Runtime:
     allocator: HeapAllocator
     debug: bool
     timeout: float
-    # Device synchronization words, at heap offset 0 on every PE: one arrival flag per
-    # PE, then this PE's barrier epoch.
+    # Device barrier words, at heap offset 0 on every PE: one row per team slot, holding
+    # an arrival flag per team member, then this PE's barrier epoch for that team (at [n]).
     sync_words: np.ndarray = field(init=False)
+    # Team slots (TEAM_WORLD, TEAM_NODE, then split teams); None where free.
+    teams: list = field(init=False)
 
     def __post_init__(self):
         n = self.boot.n_pes
-        offset = self.allocator.allocate((n + 1) * 8)
-        self.sync_words = self.heap.array_at(offset, (n + 1,), np.int64)
+        offset = self.allocator.allocate(MAX_TEAMS * (n + 1) * 8)
+        self.sync_words = self.heap.array_at(offset, (MAX_TEAMS, n + 1), np.int64)
         self.sync_words[:] = 0
+        self.teams = predefined_teams(self.boot)
 
     @property
     def my_pe(self) -> int:
@@ -126,6 +131,9 @@ def finalize() -> None:
     rt = runtime("pgas.finalize")
     wait_all(rt.boot.comm, "pgas.finalize")
     rt.heap.close()
+    for team in rt.teams[2:]:
+        if team is not None:
+            team.comm.Free()
     rt.boot.node_comm.Free()
     rt.boot.comm.Free()
     if sys.excepthook is _report_and_abort:
@@ -133,19 +141,50 @@ def finalize() -> None:
     _runtime, _finalized_once = None, True
 
 
-def wait_all(comm, what: str) -> None:
-    """MPI barrier over ``comm`` that fails after PGAS_TIMEOUT instead of hanging."""
+_BARRIER_TAG = 0x9A5  # on pgas's private communicators only
+
+
+def _poll_until(requests, what: str, waiting_for) -> None:
+    """Poll ``requests`` until all complete; after PGAS_TIMEOUT raise, naming ``waiting_for()``."""
+    from mpi4py import MPI
+
     timeout = setting("PGAS_TIMEOUT")
-    request = comm.Ibarrier()
     deadline = time.monotonic() + timeout
     pause = 0.0
-    while not request.Test():
+    while not MPI.Request.Testall(requests):
         if time.monotonic() > deadline:
-            raise PgasTimeoutError(
-                f"{what}: the barrier did not complete within PGAS_TIMEOUT={timeout:g} s "
-                "(a PE has not reached it)")
+            raise PgasTimeoutError(f"{what}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}")
         time.sleep(pause)
         pause = min(pause * 2 + 1e-5, 1e-3)
+
+
+def wait_all(comm, what: str, pes=None) -> None:
+    """Barrier over ``comm`` that fails after PGAS_TIMEOUT instead of hanging.
+
+    Arrivals gather at the first member, which then releases the others, so a timeout
+    can name the PEs that never arrived. ``pes[r]`` is the PE number of member ``r``
+    (default: the rank itself).
+    """
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size == 1:
+        return
+    pes = range(size) if pes is None else pes
+    if rank == 0:
+        arrivals = [comm.Irecv(bytearray(0), source=r, tag=_BARRIER_TAG) for r in range(1, size)]
+
+        def missing():
+            done = [req == MPI.REQUEST_NULL or req.Test() for req in arrivals]
+            return f"PEs {[pes[r] for r, ok in enumerate(done, 1) if not ok]} to arrive"
+
+        _poll_until(arrivals, what, missing)
+        MPI.Request.Waitall([comm.Isend(bytearray(0), dest=r, tag=_BARRIER_TAG) for r in range(1, size)])
+    else:
+        comm.Isend(bytearray(0), dest=0, tag=_BARRIER_TAG).Free()
+        release = comm.Irecv(bytearray(0), source=0, tag=_BARRIER_TAG)
+        _poll_until([release], what,
+                    lambda: f"PE {pes[0]} to release the barrier (it names the PEs that had not arrived)")
 
 
 def is_initialized() -> bool:

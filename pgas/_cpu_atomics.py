@@ -11,9 +11,10 @@ import ctypes
 
 import numpy as np
 
-from .._errors import PgasValueError
+from ._errors import PgasValueError
 
-__all__ = ["load_acquire", "store_release", "fence", "ORDERED_DTYPES"]
+__all__ = ["load_acquire", "store_release", "fence", "rmw", "compare_swap",
+           "ORDERED_DTYPES", "INTEGER_DTYPES", "RMW_OPS"]
 
 # numpy dtype -> (LLVM type, alignment, ctypes type)
 _TYPES = {
@@ -25,6 +26,10 @@ _TYPES = {
     np.dtype(np.float64): ("double", 8, ctypes.c_double),
 }
 ORDERED_DTYPES = tuple(_TYPES)
+INTEGER_DTYPES = tuple(d for d in _TYPES if d.kind in "iu")
+# Floats are exchanged and compared as their bit patterns, through the same-size integer.
+_BITS = {np.dtype(np.float32): np.dtype(np.uint32), np.dtype(np.float64): np.dtype(np.uint64)}
+RMW_OPS = ("xchg", "add", "and", "or", "xor")
 
 _IR_PER_TYPE = """
 define {t} @load_acquire_{t}({t}* %p) {{
@@ -34,6 +39,19 @@ define {t} @load_acquire_{t}({t}* %p) {{
 define void @store_release_{t}({t}* %p, {t} %v) {{
   store atomic {t} %v, {t}* %p release, align {a}
   ret void
+}}
+"""
+_IR_PER_INT = """
+define {t} @rmw_{op}_{t}({t}* %p, {t} %v) {{
+  %old = atomicrmw {op} {t}* %p, {t} %v seq_cst
+  ret {t} %old
+}}
+"""
+_IR_CAS = """
+define {t} @cas_{t}({t}* %p, {t} %cond, {t} %v) {{
+  %pair = cmpxchg {t}* %p, {t} %cond, {t} %v seq_cst seq_cst
+  %old = extractvalue {{ {t}, i1 }} %pair, 0
+  ret {t} %old
 }}
 """
 _IR_FENCE = """
@@ -54,16 +72,23 @@ class _Compiled:
         llvm.initialize_native_asmprinter()
         llvm_types = {t: a for t, a, _ in _TYPES.values()}
         ir = _IR_FENCE + "".join(_IR_PER_TYPE.format(t=t, a=a) for t, a in llvm_types.items())
+        ir += "".join(_IR_PER_INT.format(t=t, op=op) for t in ("i32", "i64") for op in RMW_OPS)
+        ir += "".join(_IR_CAS.format(t=t) for t in ("i32", "i64"))
         module = llvm.parse_assembly(ir)
         module.verify()
         machine = llvm.Target.from_default_triple().create_target_machine()
         self._engine = llvm.create_mcjit_compiler(module, machine)  # keeps the code alive
         self._engine.finalize_object()
         address = self._engine.get_function_address
-        self.loads, self.stores = {}, {}
+        self.loads, self.stores, self.rmws, self.cas = {}, {}, {}, {}
         for dtype, (t, _, ctype) in _TYPES.items():
             self.loads[dtype] = ctypes.CFUNCTYPE(ctype, ctypes.c_void_p)(address(f"load_acquire_{t}"))
             self.stores[dtype] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctype)(address(f"store_release_{t}"))
+            if dtype in INTEGER_DTYPES:
+                for op in RMW_OPS:
+                    self.rmws[dtype, op] = ctypes.CFUNCTYPE(ctype, ctypes.c_void_p, ctype)(
+                        address(f"rmw_{op}_{t}"))
+                self.cas[dtype] = ctypes.CFUNCTYPE(ctype, ctypes.c_void_p, ctype, ctype)(address(f"cas_{t}"))
         self.fence = ctypes.CFUNCTYPE(None)(address("fence_seq_cst"))
 
 
@@ -77,10 +102,10 @@ def _get() -> _Compiled:
     return _compiled
 
 
-def _checked(arr: np.ndarray, fn: str, what: str):
-    if arr.dtype not in _TYPES:
-        allowed = ", ".join(str(d) for d in _TYPES)
-        raise PgasValueError(f"{fn}: {what} must have one of the dtypes {allowed}, got {arr.dtype}")
+def _checked(arr: np.ndarray, fn: str, what: str, allowed=ORDERED_DTYPES):
+    if arr.dtype not in allowed:
+        names = ", ".join(str(d) for d in allowed)
+        raise PgasValueError(f"{fn}: {what} must have one of the dtypes {names}, got {arr.dtype}")
     if arr.size == 0:
         raise PgasValueError(f"{fn}: {what} is empty; it needs at least one element")
     return arr.__array_interface__["data"][0]
@@ -101,3 +126,38 @@ def store_release(arr: np.ndarray, value, fn: str, what: str) -> None:
 def fence() -> None:
     """A sequentially consistent fence (orders this process's loads and stores)."""
     _get().fence()
+
+
+def _as_int(dtype: np.dtype, value) -> int:
+    """``value`` as the integer the hardware operand holds (float bits for float dtypes);
+    ctypes wraps integers to the operand's width, as the GPU does."""
+    if dtype in _BITS:
+        return int(np.array(value, dtype).view(_BITS[dtype]))
+    return int(value)
+
+
+def _from_int(dtype: np.dtype, bits: int):
+    if dtype in _BITS:
+        return np.array(bits, _BITS[dtype]).view(dtype)[()]
+    return dtype.type(bits)
+
+
+def rmw(arr: np.ndarray, op: str, value, fn: str, what: str):
+    """Atomically apply ``op`` (one of RMW_OPS) with ``value`` to element 0; returns the old value.
+
+    ``xchg`` also takes float32/float64; the arithmetic and bitwise ops take integers only.
+    """
+    dtype = arr.dtype
+    address = _checked(arr, fn, what, ORDERED_DTYPES if op == "xchg" else INTEGER_DTYPES)
+    int_dtype = _BITS.get(dtype, dtype)
+    old = _get().rmws[int_dtype, op](address, _as_int(dtype, value))
+    return _from_int(dtype, old)
+
+
+def compare_swap(arr: np.ndarray, cond, value, fn: str, what: str):
+    """Atomically: if element 0 equals ``cond`` (bitwise for floats) set it to ``value``; returns the old value."""
+    dtype = arr.dtype
+    address = _checked(arr, fn, what)
+    int_dtype = _BITS.get(dtype, dtype)
+    old = _get().cas[int_dtype](address, _as_int(dtype, cond), _as_int(dtype, value))
+    return _from_int(dtype, old)

@@ -1,0 +1,49 @@
+"""Comparisons of wait_until / signal_wait_until, and the clock of every wait loop."""
+from __future__ import annotations
+
+import time
+
+from ._constants import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NAMES, CMP_NE
+from ._errors import PgasTimeoutError, PgasValueError
+
+__all__ = ["compare", "check_cmp", "cmp_name", "Wait"]
+
+
+def compare(value, cmp, target) -> bool:
+    """``value <cmp> target`` for one of the CMP_* constants."""
+    if cmp == CMP_EQ:
+        return value == target
+    if cmp == CMP_NE:
+        return value != target
+    if cmp == CMP_GT:
+        return value > target
+    if cmp == CMP_GE:
+        return value >= target
+    if cmp == CMP_LT:
+        return value < target
+    if cmp == CMP_LE:
+        return value <= target
+    return False
+
+
+def check_cmp(fn: str, cmp) -> None:
+    if cmp not in CMP_NAMES:
+        raise PgasValueError(f"{fn}: cmp must be one of pgas.CMP_EQ/NE/GT/GE/LT/LE, got {cmp!r}")
+
+
+def cmp_name(cmp) -> str:
+    return CMP_NAMES[cmp]
+
+
+class Wait:
+    """One wait loop's clock: ``pause()`` yields, and raises once PGAS_TIMEOUT has passed."""
+
+    def __init__(self, fn: str, timeout: float):
+        self.fn = fn
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+
+    def pause(self, waiting_for: str) -> None:
+        if time.monotonic() > self.deadline:
+            raise PgasTimeoutError(f"{self.fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for}")
+        time.sleep(0)  # let whoever we wait for run (a simulated thread, or a peer on this core)

@@ -1,0 +1,78 @@
+"""Device atomics on element 0 of a symmetric array, at any PE (this one included).
+
+Types: int32, int64, uint32, uint64; ``atomic_fetch``, ``atomic_set``, ``atomic_swap`` and
+``atomic_compare_swap`` also float32 and float64 (compared and exchanged as bit patterns).
+Every atomic is sequentially consistent and atomic with respect to atomics of every PE.
+Integer results wrap as on the GPU (``atomic_add(u64, -1)`` subtracts one).
+"""
+from __future__ import annotations
+
+from ._primitives import prim as _p
+
+__all__ = ["atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap",
+           "atomic_fetch_inc", "atomic_inc"]
+
+
+def atomic_fetch(dest, pe):
+    """atomic_fetch(dest, pe) -> value: read element 0 of PE ``pe``'s ``dest`` atomically."""
+    fn = "pgas.device.atomic_fetch"
+    return _p.load_acquire(_p.peer(dest, pe, fn, "dest"), fn, "dest")
+
+
+def atomic_set(dest, value, pe):
+    """atomic_set(dest, value, pe): atomically write ``value`` to PE ``pe``'s ``dest[0]``."""
+    fn = "pgas.device.atomic_set"
+    _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), "xchg", value, fn, "dest")
+
+
+def atomic_swap(dest, value, pe):
+    """atomic_swap(dest, value, pe) -> old: write ``value``, return what was there."""
+    fn = "pgas.device.atomic_swap"
+    return _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), "xchg", value, fn, "dest")
+
+
+def atomic_compare_swap(dest, cond, value, pe):
+    """atomic_compare_swap(dest, cond, value, pe) -> old: write ``value`` if ``dest[0] == cond``."""
+    fn = "pgas.device.atomic_compare_swap"
+    return _p.atomic_compare_swap(_p.peer(dest, pe, fn, "dest"), cond, value, fn, "dest")
+
+
+def atomic_fetch_inc(dest, pe):
+    """atomic_fetch_inc(dest, pe) -> old: add one to PE ``pe``'s ``dest[0]``."""
+    fn = "pgas.device.atomic_fetch_inc"
+    return _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), "add", 1, fn, "dest")
+
+
+def atomic_inc(dest, pe):
+    """atomic_inc(dest, pe): add one to PE ``pe``'s ``dest[0]``."""
+    fn = "pgas.device.atomic_inc"
+    _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), "add", 1, fn, "dest")
+
+
+_BINARY = {"add": "add", "and": "and", "or": "or", "xor": "xor"}
+
+
+def _make(op: str, fetch: bool):
+    name = f"atomic_{'fetch_' if fetch else ''}{op}"
+    fn = f"pgas.device.{name}"
+    rmw_op = _BINARY[op]
+
+    if fetch:
+        def atomic(dest, value, pe):
+            return _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), rmw_op, value, fn, "dest")
+        atomic.__doc__ = (f"{name}(dest, value, pe) -> old: atomically ``dest[0] = dest[0] {op} value`` "
+                          "on PE ``pe``; returns the old value (integer dtypes).")
+    else:
+        def atomic(dest, value, pe):
+            _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), rmw_op, value, fn, "dest")
+        atomic.__doc__ = f"{name}(dest, value, pe): atomically ``dest[0] = dest[0] {op} value`` on PE ``pe``."
+    atomic.__name__ = atomic.__qualname__ = name
+    return atomic
+
+
+for _op in _BINARY:
+    for _fetch in (True, False):
+        _f = _make(_op, _fetch)
+        globals()[_f.__name__] = _f
+        __all__.append(_f.__name__)
+del _op, _fetch, _f

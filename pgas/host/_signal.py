@@ -1,0 +1,51 @@
+"""Host signals: ``put_signal`` and ``signal_wait_until`` (same meaning as on the device).
+
+On the simulator backend the signal update and the wait use real CPU atomics on the
+mapped heaps, so they interoperate with device signals of any PE.
+"""
+from __future__ import annotations
+
+from .. import _cpu_atomics
+from .._checks import check_pe, check_sig_op, check_signal
+from .._constants import SIGNAL_SET
+from .._waiting import Wait, check_cmp, cmp_name, compare
+from ._memory import as_ndarray
+from ._rma import put
+from ._runtime import runtime
+
+__all__ = ["put_signal", "signal_wait_until"]
+
+
+def put_signal(dest, src, signal, value, sig_op, pe: int, stream=None) -> None:
+    """Put ``src`` into PE ``pe``'s ``dest``, then update its ``signal[0]`` (SIGNAL_SET or
+    SIGNAL_ADD with ``value``); the data is visible before the signal is."""
+    fn = "pgas.put_signal"
+    rt = runtime(fn)
+    pe = check_pe(fn, pe, rt.n_pes)
+    word = as_ndarray(signal, fn, "signal")
+    check_signal(fn, word)
+    check_sig_op(fn, sig_op)
+    remote = rt.heap.view_on(pe, word.reshape(-1)[:1], fn, "signal")
+    put(dest, src, pe, stream)
+    _cpu_atomics.fence()
+    _cpu_atomics.rmw(remote, "xchg" if sig_op == SIGNAL_SET else "add", value, fn, "signal")
+
+
+def signal_wait_until(signal, cmp, value, stream=None):
+    """Wait until the local ``signal[0] <cmp> value``; returns the value seen.
+
+    Fails with PgasTimeoutError after PGAS_TIMEOUT seconds.
+    """
+    fn = "pgas.signal_wait_until"
+    rt = runtime(fn)
+    word = as_ndarray(signal, fn, "signal")
+    check_signal(fn, word)
+    word = word.reshape(-1)[:1]
+    rt.heap.offset_of(word, fn, "signal")
+    check_cmp(fn, cmp)
+    wait = Wait(fn, rt.timeout)
+    while True:
+        seen = _cpu_atomics.load_acquire(word, fn, "signal")
+        if compare(seen, cmp, value):
+            return seen
+        wait.pause(f"signal {cmp_name(cmp)} {value} (last value seen: {seen})")
