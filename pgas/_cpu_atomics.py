@@ -8,6 +8,7 @@ that hold across processes on any CPU architecture.
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 
@@ -93,12 +94,15 @@ class _Compiled:
 
 
 _compiled: _Compiled | None = None
+_compiling = threading.Lock()
 
 
 def _get() -> _Compiled:
     global _compiled
     if _compiled is None:
-        _compiled = _Compiled()
+        with _compiling:  # simulated threads race here; a second engine would be freed under them
+            if _compiled is None:
+                _compiled = _Compiled()
     return _compiled
 
 

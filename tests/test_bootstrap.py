@@ -48,6 +48,15 @@ from numba import cuda
 def put_kernel(dest, pe):
     dev.p(dest, 1, pe)
 
+@cuda.jit
+def node_barrier_kernel(slots, seen):
+    me, n = dev.team_my_pe(dev.TEAM_NODE), dev.team_n_pes(dev.TEAM_NODE)
+    for q in range(n):
+        dev.p(slots[me:], 5, dev.team_translate_pe(dev.TEAM_NODE, q, dev.TEAM_WORLD))
+    dev.barrier(dev.TEAM_NODE)
+    for q in range(n):
+        seen[q] = slots[q]
+
 pgas.init()
 me, n = pgas.my_pe(), pgas.n_pes()
 info = pgas.info()
@@ -65,6 +74,12 @@ for pe in range(n):
                 raise AssertionError("load/store across emulated nodes must fail")
             except pgas.PgasError as e:
                 assert f"PE {{pe}} is on another node" in str(e), e
+node = [pe for pe in range(n) if pe // per_node == me // per_node]
+assert pgas.team_n_pes(pgas.TEAM_NODE) == len(node) and pgas.team_my_pe(pgas.TEAM_NODE) == node.index(me)
+slots, seen = pgas.zeros(n, np.int64), np.zeros(len(node), np.int64)
+node_barrier_kernel[1, 1](slots, seen)   # device barrier over TEAM_NODE: load/store only
+assert seen.tolist() == [5] * len(node), seen
+pgas.barrier(pgas.TEAM_NODE)
 pgas.finalize()
 print("ok")
 """

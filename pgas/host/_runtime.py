@@ -153,7 +153,12 @@ def _poll_until(requests, what: str, waiting_for) -> None:
     pause = 0.0
     while not MPI.Request.Testall(requests):
         if time.monotonic() > deadline:
-            raise PgasTimeoutError(f"{what}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}")
+            message = f"{what}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}"
+            for request in requests:  # receives only: leave no stale match for a later barrier
+                if request != MPI.REQUEST_NULL and not request.Test():
+                    request.Cancel()
+                    request.Wait()
+            raise PgasTimeoutError(message)
         time.sleep(pause)
         pause = min(pause * 2 + 1e-5, 1e-3)
 

@@ -1,0 +1,163 @@
+"""Signals: put_signal in every form, signal_op, signal_fetch, signal_wait_until, host signals."""
+import numpy as np
+import pytest
+from numba import cuda
+
+import pgas
+import pgas.device as dev
+from _util import pattern, ring_neighbours
+
+CMPS = [(pgas.CMP_EQ, 5, 5, 4), (pgas.CMP_NE, 5, 4, 5), (pgas.CMP_GT, 5, 6, 5),
+        (pgas.CMP_GE, 5, 5, 4), (pgas.CMP_LT, 5, 4, 5), (pgas.CMP_LE, 5, 5, 6)]
+
+
+@cuda.jit
+def put_signal_kernel(dest, src, signal, value, sig_op, pe, form, inbox_signal, expect, received):
+    # form: 0 thread, 1 nbi, 2 warp, 3 block, 4 nbi warp, 5 nbi block
+    if form == 0:
+        if cuda.threadIdx.x == 0:
+            dev.put_signal(dest, src, signal, value, sig_op, pe)
+    elif form == 1:
+        if cuda.threadIdx.x == 0:
+            dev.put_signal_nbi(dest, src, signal, value, sig_op, pe)
+            dev.quiet()
+    elif form == 2:
+        if cuda.threadIdx.x < 32:
+            dev.put_signal_warp(dest, src, signal, value, sig_op, pe)
+    elif form == 3:
+        dev.put_signal_block(dest, src, signal, value, sig_op, pe)
+    elif form == 4:
+        if cuda.threadIdx.x < 32:
+            dev.put_signal_nbi_warp(dest, src, signal, value, sig_op, pe)
+    else:
+        dev.put_signal_nbi_block(dest, src, signal, value, sig_op, pe)
+    if cuda.threadIdx.x == 0:
+        seen = dev.signal_wait_until(inbox_signal, dev.CMP_GE, expect)
+        # the data of a put_signal is visible once its signal is seen
+        for i in range(received.size):
+            received[i] = dest[i]
+        received[0] = received[0] if seen >= expect else -1
+
+
+@cuda.jit
+def signal_op_kernel(signal, value, sig_op, pe):
+    dev.signal_op(signal, value, sig_op, pe)
+
+
+@cuda.jit
+def fetch_kernel(signal, out):
+    out[0] = dev.signal_fetch(signal)
+
+
+@cuda.jit
+def wait_kernel(signal, cmp, value, out):
+    out[0] = dev.signal_wait_until(signal, cmp, value)
+
+
+@cuda.jit
+def gather_with_add_kernel(slots, mine, signal, me, expect, out):
+    # every PE puts its value into its own slot on PE 0 and adds 1 to PE 0's signal
+    dev.put_signal(slots[me:], mine, signal, 1, dev.SIGNAL_ADD, 0)
+    if me == 0:
+        out[0] = dev.signal_wait_until(signal, dev.CMP_EQ, expect)
+        for i in range(slots.size):
+            out[1 + i] = slots[i]
+
+
+@cuda.jit
+def bad_sig_op_kernel(dest, src, signal):
+    dev.put_signal(dest, src, signal, 1, 7, 0)
+
+
+@cuda.jit
+def bad_signal_kernel(signal):
+    dev.signal_wait_until(signal, dev.CMP_EQ, 0)
+
+
+def check_put_signal_every_form_delivers_data_before_signal():
+    me, n, right, left = ring_neighbours()
+    size = 1000
+    for form in range(6):
+        dest = pgas.zeros(size, np.float64)
+        src = pgas.empty(size, np.float64)
+        src.copy_to_device(pattern(me, size, np.float64) + form)
+        signal = pgas.zeros(1, np.uint64)
+        received = np.zeros(size)
+        for round_ in (1, 2):   # SET to the round number, then again: the wait sees each
+            put_signal_kernel[1, 64](dest, src, signal, round_, pgas.SIGNAL_SET, right, form,
+                                     signal, round_, received)
+            assert np.array_equal(received, pattern(left, size, np.float64) + form), (form, round_)
+            pgas.barrier_all()
+        for a in (signal, src, dest):
+            pgas.free(a)
+
+
+def check_signal_add_counts_every_sender():
+    me, n = pgas.my_pe(), pgas.n_pes()
+    slots = pgas.zeros(n, np.int64)
+    mine = pgas.full(1, 100 + me, np.int64)
+    signal = pgas.zeros(1, np.uint64)
+    out = np.zeros(n + 1, np.int64)
+    gather_with_add_kernel[1, 1](slots, mine, signal, me, n, out)
+    if me == 0:
+        assert out[0] == n and out[1:].tolist() == [100 + pe for pe in range(n)]
+    pgas.barrier_all()
+    for a in (signal, mine, slots):
+        pgas.free(a)
+
+
+def check_signal_op_and_fetch_set_and_add():
+    me, n, right, left = ring_neighbours()
+    for dtype in (np.uint64, np.int64):
+        signal = pgas.zeros(1, dtype)
+        out = np.zeros(1, dtype)
+        signal_op_kernel[1, 1](signal, 40, pgas.SIGNAL_SET, right)
+        pgas.barrier_all()
+        signal_op_kernel[1, 1](signal, 2, pgas.SIGNAL_ADD, right)
+        pgas.barrier_all()
+        fetch_kernel[1, 1](signal, out)
+        assert out[0] == 42, dtype
+        pgas.free(signal)
+
+
+def check_signal_wait_until_every_comparison_returns_the_value_seen():
+    signal = pgas.zeros(1, np.uint64)
+    out = np.zeros(1, np.uint64)
+    for cmp, target, true_value, _ in CMPS:
+        signal[0] = true_value
+        wait_kernel[1, 1](signal, cmp, target, out)
+        assert out[0] == true_value, cmp
+    pgas.free(signal)
+
+
+def check_host_put_signal_and_signal_wait_until_with_device_peers():
+    me, n, right, left = ring_neighbours()
+    dest = pgas.zeros(7, np.int32)
+    signal = pgas.zeros(1, np.uint64)
+    pgas.put_signal(dest, pattern(me, 7, np.int32), signal, 3, pgas.SIGNAL_ADD, right)
+    assert pgas.signal_wait_until(signal, pgas.CMP_EQ, 3) == 3
+    assert np.array_equal(dest.copy_to_host(), pattern(left, 7, np.int32))
+    pgas.barrier_all()
+    # device signal, host wait
+    signal_op_kernel[1, 1](signal, 9, pgas.SIGNAL_SET, right)
+    assert pgas.signal_wait_until(signal, pgas.CMP_GT, 8) == 9
+    pgas.barrier_all()
+    pgas.free(signal)
+    pgas.free(dest)
+
+
+def check_signal_errors_name_the_argument():
+    a = pgas.zeros(2, np.int32)
+    signal = pgas.zeros(1, np.uint64)
+    with pytest.raises(pgas.PgasError, match=r"pgas.device.put_signal: sig_op must be pgas.SIGNAL_SET "
+                                             r"or pgas.SIGNAL_ADD, got 7"):
+        bad_sig_op_kernel[1, 1](a, a, signal)
+    with pytest.raises(pgas.PgasError, match=r"pgas.device.signal_wait_until: signal must be a non-empty "
+                                             r"uint64 \(or int64\) symmetric array, got int32"):
+        bad_signal_kernel[1, 1](a)
+    with pytest.raises(pgas.PgasError, match=r"pgas.put_signal: signal must be a non-empty uint64"):
+        pgas.put_signal(a, a, a, 1, pgas.SIGNAL_SET, 0)
+    with pytest.raises(pgas.PgasError, match=r"pgas.signal_wait_until: cmp must be one of"):
+        pgas.signal_wait_until(signal, 42, 0)
+    pgas.free(signal)
+    pgas.free(a)
