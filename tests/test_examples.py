@@ -37,3 +37,19 @@ def test_shift_alone_is_one_pe(clean_shm):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "PE 0 received 0"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_ring_allreduce(n, clean_shm):
+    proc = pgasrun(n, "python", "examples/ring_allreduce.py")
+    assert proc.returncode == 0, proc.stderr
+    assert f"PE 0: ring all-reduce of {1000 * n} float64 over {n} PEs matches numpy on every PE" in proc.stdout
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_atomic_counter(n, clean_shm):
+    proc = pgasrun(n, "python", "examples/atomic_counter.py")
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("PE 0: all"))
+    assert line.startswith(f"PE 0: all 2000 items done exactly once by {n} PEs (items per PE: ")
+    assert sum(int(k) for k in line.split(": ")[-1].rstrip(")").split(", ")) == 2000
