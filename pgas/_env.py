@@ -78,9 +78,11 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "transport between nodes: ibgda (GPU-initiated) or proxy (CPU thread); "
              "not in this version yet: PEs on other nodes are unreachable"),
     Variable("PGAS_TIMEOUT", "300", _positive_float,
-             "seconds a blocking wait (wait_until, barriers, quiet) may take before it fails"),
+             "seconds a blocking wait (wait_until, signal_wait_until, barriers, syncs) may take "
+             "before it fails naming what it waited for (for barriers: the PEs that had not arrived)"),
     Variable("PGAS_DEBUG", "0", _parse_bool,
-             "1: extra checks (symmetric allocation agreement) and logging"),
+             "1: extra checks: every PE makes the same allocations; device arguments lie inside "
+             "live symmetric arrays (catches use after free)"),
 ]}
 
 
