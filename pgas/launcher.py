@@ -183,6 +183,16 @@ def _supervise(proc: subprocess.Popen, run_dir: str, timeout: float | None) -> t
     return 0, None
 
 
+class _Interrupted(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupted(signum, _frame):
+    raise _Interrupted(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pgasrun`` command."""
     parser = _parser()
@@ -212,8 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     cmd += [sys.executable, "-m", "pgas._pe_guard", *args.command]
     mpich_before = _mpich_leftovers()
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    # The PEs run in their own session: a SIGTERM or SIGHUP for pgasrun must reach them too.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupted)
     try:
         code, message = _supervise(proc, run_dir, args.timeout)
+    except _Interrupted as stop:
+        _stop(proc)
+        code, message = 128 + stop.signum, f"stopped by {signal.Signals(stop.signum).name}; every PE was stopped"
     except KeyboardInterrupt:
         _stop(proc)
         code, message = 130, "interrupted; every PE was stopped"

@@ -1,9 +1,12 @@
 """pgasrun: usage errors, tagged output, timeouts, and the failure path."""
+import signal
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import pe_lines, pgasrun
+from conftest import PGASRUN, ROOT, pe_env, pe_lines, pgasrun
 
 FAILING = """
 import os, sys, time
@@ -40,6 +43,32 @@ def test_timeout_stops_every_pe(tmp_path, clean_shm):
     assert proc.returncode == 124
     assert "the run took longer than --timeout 3 s" in proc.stderr
     assert time.monotonic() - start < 20
+
+
+def test_sigterm_to_pgasrun_stops_every_pe(tmp_path, clean_shm):
+    script = tmp_path / "hang.py"
+    script.write_text("import time, pgas\npgas.init()\nprint('started', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([*PGASRUN, "-np", "2", "python", str(script)], cwd=ROOT, env=pe_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "pgasrun: stopped by SIGTERM; every PE was stopped" in stderr
+    assert time.monotonic() - start < 10
+    assert not [p for p in running_command_lines() if str(script) in p]
+
+
+def running_command_lines() -> list[str]:
+    """Command lines of the running processes (from /proc)."""
+    lines = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(path.read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            pass
+    return lines
 
 
 def test_tag_output_prefixes_lines_with_the_pe(clean_shm):

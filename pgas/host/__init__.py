@@ -1,4 +1,6 @@
 """The host runtime of pgas (re-exported as ``pgas.*``)."""
+from ._collectives import *  # noqa: F401,F403
+from ._collectives import __all__ as _collectives_all
 from ._info import *  # noqa: F401,F403
 from ._info import __all__ as _info_all
 from ._memory import *  # noqa: F401,F403
@@ -14,4 +16,4 @@ from ._sync import __all__ as _sync_all
 from ._teams import *  # noqa: F401,F403
 from ._teams import __all__ as _teams_all
 
-__all__ = _runtime_all + _memory_all + _rma_all + _signal_all + _sync_all + _teams_all + _info_all
+__all__ = _runtime_all + _memory_all + _rma_all + _signal_all + _sync_all + _teams_all + _collectives_all + _info_all

@@ -11,6 +11,8 @@ import numpy as np
 
 from .._backend import backend_name
 from .._constants import MAX_TEAMS
+
+COLLECTIVE_WORDS = 8  # per team: progress counters of the host collective algorithms
 from .._env import setting
 from .._errors import PgasError, PgasTimeoutError
 from ._allocator import HeapAllocator
@@ -33,15 +35,29 @@ class Runtime:
     # Device barrier words, at heap offset 0 on every PE: one row per team slot, holding
     # an arrival flag per team member, then this PE's barrier epoch for that team (at [n]).
     sync_words: np.ndarray = field(init=False)
+    # Host collective progress words, a row per team slot (see host/_collectives.py).
+    collective_words: np.ndarray = field(init=False)
     # Team slots (TEAM_WORLD, TEAM_NODE, then split teams); None where free.
     teams: list = field(init=False)
+    # Host collectives called so far on each team slot (the same count on every member).
+    collective_calls: list = field(init=False)
 
     def __post_init__(self):
         n = self.boot.n_pes
         offset = self.allocator.allocate(MAX_TEAMS * (n + 1) * 8)
         self.sync_words = self.heap.array_at(offset, (MAX_TEAMS, n + 1), np.int64)
         self.sync_words[:] = 0
+        offset = self.allocator.allocate(MAX_TEAMS * COLLECTIVE_WORDS * 8)
+        self.collective_words = self.heap.array_at(offset, (MAX_TEAMS, COLLECTIVE_WORDS), np.int64)
+        self.collective_words[:] = 0
         self.teams = predefined_teams(self.boot)
+        self.collective_calls = [0] * MAX_TEAMS
+
+    def reset_team_slot(self, slot: int) -> None:
+        """Fresh synchronization state for a team just created in ``slot``."""
+        self.sync_words[slot, :] = 0
+        self.collective_words[slot, :] = 0
+        self.collective_calls[slot] = 0
 
     @property
     def my_pe(self) -> int:

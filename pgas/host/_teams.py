@@ -45,7 +45,7 @@ def _install(rt: Runtime, slot: int, members: tuple[int, ...] | None, parent: Te
     if not mine:
         return None
     team = Team(slot, members, members.index(rt.my_pe), comm)
-    rt.sync_words[slot, :] = 0  # fresh barrier epochs; peers wait for this below
+    rt.reset_team_slot(slot)  # fresh barrier epochs; peers wait for this below
     rt.teams[slot] = team
     return team
 

@@ -1,0 +1,290 @@
+"""Host collectives over a team: broadcast, fcollect, alltoall, reduce, reducescatter.
+
+Every member reads what it needs straight from its peers' mapped heaps (pull) and does
+the arithmetic with numpy on whole slices, so data moves at memory speed. Members
+coordinate through progress words in the heap: each publishes how far it has got
+(release store) and waits for the peers it reads from (acquire loads, PGAS_TIMEOUT).
+Counters only grow: call k of a team publishes values from k * _STRIDE, so words need
+no reset between calls.
+
+All-reduce (``reduce``) has three algorithms:
+
+- ``oneshot`` (latency): every member reads every peer's ``src`` and reduces it locally.
+- ``ring``: reduce-scatter then all-gather round the ring, one chunk per member.
+- ``tree``: NCCL's double binary tree (``pgas/_trees.py``); each tree carries half of
+  the data, in pipelined chunks reduced up the tree and copied down.
+
+``auto`` picks by size and PE count (measured crossovers: docs/collectives.md).
+``stream`` is accepted for source compatibility; on the simulator backend these are
+synchronous.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _cpu_atomics
+from .._checks import check_contiguous, check_dtypes_match
+from .._errors import PgasValueError
+from .._reductions import reduction_ufunc
+from .._trees import double_binary_tree
+from .._waiting import Wait
+from ._memory import as_ndarray
+from ._runtime import runtime
+from ._team_table import team_of
+
+__all__ = ["broadcast", "fcollect", "alltoall", "reduce", "reducescatter", "ALGORITHMS"]
+
+ALGORITHMS = ("auto", "ring", "tree", "oneshot")
+_STRIDE = 1 << 32
+# progress words (columns of Runtime.collective_words)
+_READY, _DONE, _RING, _UP0, _DOWN0, _UP1, _DOWN1 = range(7)
+_TREE_CHUNK_BYTES = 1 << 20          # pipelining unit of the tree
+_ONESHOT_MAX_BYTES = 64 << 10        # auto: oneshot up to here
+_TREE_MIN_PES = 8                    # auto: tree from this many PEs (ring below)
+
+
+class _Call:
+    """One collective call on one team: peers' views and progress words."""
+
+    def __init__(self, fn: str, team):
+        rt = runtime(fn)
+        self.fn, self.rt = fn, rt
+        self.team = team_of(rt, team, fn)
+        self.me, self.n = self.team.my_index, self.team.size
+        slot = self.team.handle
+        rt.collective_calls[slot] += 1
+        self.base = rt.collective_calls[slot] * _STRIDE
+        row = rt.collective_words[slot]
+        self.words = [rt.heap.view_on(pe, row, fn, "the team's progress words") for pe in self.team.pes]
+        self.clock = Wait(fn, rt.timeout)
+
+    def symmetric(self, arr, what: str) -> np.ndarray:
+        data = as_ndarray(arr, self.fn, what)
+        check_contiguous(self.fn, what, data)
+        self.rt.heap.offset_of(data, self.fn, what)
+        return data.reshape(-1)
+
+    def on(self, rank: int, data: np.ndarray, what: str) -> np.ndarray:
+        """Member ``rank``'s copy of symmetric ``data``."""
+        return self.rt.heap.view_on(self.team.pes[rank], data, self.fn, what)
+
+    def publish(self, word: int, step: int) -> None:
+        _cpu_atomics.store_release(self.words[self.me][word:word + 1], self.base + step, self.fn, "progress")
+
+    def wait(self, rank: int, word: int, step: int, what: str) -> None:
+        target = self.base + step
+        cell = self.words[rank][word:word + 1]
+        while _cpu_atomics.load_acquire(cell, self.fn, "progress") < target:
+            self.clock.pause(f"PE {self.team.pes[rank]} {what}")
+
+    def wait_others(self, word: int, step: int, what: str) -> None:
+        for rank in range(self.n):
+            if rank != self.me:
+                self.wait(rank, word, step, what)
+
+
+def _checked_pair(call: _Call, dest, src, dest_size, src_size, why: str):
+    d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
+    check_dtypes_match(call.fn, d, s)
+    if d.size != dest_size or s.size != src_size:
+        raise PgasValueError(f"{call.fn}: {why}; got dest of {d.size} and src of {s.size} elements")
+    return d, s
+
+
+def _no_overlap(call: _Call, d: np.ndarray, s: np.ndarray) -> None:
+    if np.shares_memory(d, s):
+        raise PgasValueError(f"{call.fn}: dest and src must not overlap")
+
+
+def _pull_all(call: _Call, body) -> None:
+    """Ready / read / done: ``body()`` reads the peers' ``src``; nobody's ``src`` may change
+    until every reader is done."""
+    call.publish(_READY, 1)
+    call.wait_others(_READY, 1, "to enter the collective")
+    body()
+    call.publish(_DONE, 1)
+    call.wait_others(_DONE, 1, "to finish reading")
+
+
+def broadcast(team, dest, src, root: int, stream=None) -> None:
+    """Copy team rank ``root``'s ``src`` into ``dest`` on every member (root included)."""
+    call = _Call("pgas.broadcast", team)
+    d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
+    check_dtypes_match(call.fn, d, s)
+    if d.size != s.size:
+        raise PgasValueError(f"{call.fn}: dest and src must have the same size, got {d.size} and {s.size}")
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < call.n:
+        raise PgasValueError(f"{call.fn}: root must be a team rank within [0, {call.n}), got {root!r}")
+    if call.me == root:
+        call.publish(_READY, 1)
+        if not np.shares_memory(d, s):
+            np.copyto(d, s)
+        for rank in range(call.n):
+            if rank != root:
+                call.wait(rank, _DONE, 1, "to finish reading the root's src")
+    else:
+        call.wait(root, _READY, 1, "(the root) to enter the broadcast")
+        np.copyto(d, call.on(root, s, "src"))
+        call.publish(_DONE, 1)
+
+
+def fcollect(team, dest, src, stream=None) -> None:
+    """Concatenate every member's ``src`` into ``dest`` (all-gather), in team-rank order."""
+    call = _Call("pgas.fcollect", team)
+    s = call.symmetric(src, "src")
+    d, s = _checked_pair(call, dest, src, call.n * s.size, s.size,
+                         "dest must hold team size x src.size elements")
+    _no_overlap(call, d, s)
+    m = s.size
+
+    def gather():
+        for rank in range(call.n):
+            np.copyto(d[rank * m:(rank + 1) * m], call.on(rank, s, "src"))
+    _pull_all(call, gather)
+
+
+def alltoall(team, dest, src, stream=None) -> None:
+    """Block j of member i's ``src`` goes to block i of member j's ``dest`` (equal blocks)."""
+    call = _Call("pgas.alltoall", team)
+    s = call.symmetric(src, "src")
+    if s.size % call.n:
+        raise PgasValueError(f"{call.fn}: src.size ({s.size}) must be a multiple of the team size ({call.n})")
+    d, s = _checked_pair(call, dest, src, s.size, s.size, "dest and src must have the same size")
+    _no_overlap(call, d, s)
+    m, me = s.size // call.n, call.me
+
+    def exchange():
+        for rank in range(call.n):
+            np.copyto(d[rank * m:(rank + 1) * m], call.on(rank, s[me * m:(me + 1) * m], "src"))
+    _pull_all(call, exchange)
+
+
+def reducescatter(team, dest, src, op: str = "sum", stream=None) -> None:
+    """Reduce every member's ``src`` element-wise with ``op``; member i keeps block i in ``dest``."""
+    call = _Call("pgas.reducescatter", team)
+    d = call.symmetric(dest, "dest")
+    d, s = _checked_pair(call, dest, src, d.size, call.n * d.size,
+                         "src must hold team size x dest.size elements")
+    _no_overlap(call, d, s)
+    ufunc = reduction_ufunc(call.fn, op, d.dtype)
+    m, me = d.size, call.me
+
+    def reduce_my_block():
+        block = s[me * m:(me + 1) * m]
+        np.copyto(d, call.on(0, block, "src"))
+        for rank in range(1, call.n):
+            ufunc(d, call.on(rank, block, "src"), out=d)
+    _pull_all(call, reduce_my_block)
+
+
+def reduce(team, dest, src, op: str = "sum", algorithm: str = "auto", stream=None) -> None:
+    """All-reduce: ``dest`` on every member = ``op`` over all members' ``src``, element-wise.
+
+    ``dest`` may be ``src`` (in place). ``algorithm``: ``auto``, ``ring``, ``tree`` (double
+    binary tree) or ``oneshot``. Every member gets bit-identical results.
+    """
+    call = _Call("pgas.reduce", team)
+    s = call.symmetric(src, "src")
+    d, s = _checked_pair(call, dest, src, s.size, s.size, "dest and src must have the same size")
+    in_place = np.shares_memory(d, s)
+    if in_place and d.__array_interface__["data"][0] != s.__array_interface__["data"][0]:
+        raise PgasValueError(f"{call.fn}: dest and src must be the same array or not overlap")
+    ufunc = reduction_ufunc(call.fn, op, d.dtype)
+    if algorithm not in ALGORITHMS:
+        raise PgasValueError(f"{call.fn}: algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    if algorithm == "auto":
+        algorithm = choose_algorithm(d.nbytes, call.n)
+    if call.n == 1:
+        if not in_place:
+            np.copyto(d, s)
+        return
+    {"oneshot": _oneshot, "ring": _ring, "tree": _tree}[algorithm](call, d, s, ufunc, in_place)
+
+
+def choose_algorithm(nbytes: int, n_pes: int) -> str:
+    """What ``algorithm="auto"`` runs for ``nbytes`` over ``n_pes`` members."""
+    if nbytes <= _ONESHOT_MAX_BYTES:
+        return "oneshot"
+    return "tree" if n_pes >= _TREE_MIN_PES else "ring"
+
+
+def _oneshot(call: _Call, d, s, ufunc, in_place) -> None:
+    result = np.empty_like(d) if in_place else d
+
+    def reduce_all():
+        np.copyto(result, call.on(0, s, "src"))
+        for rank in range(1, call.n):
+            ufunc(result, call.on(rank, s, "src"), out=result)
+    _pull_all(call, reduce_all)
+    if in_place:
+        np.copyto(d, result)
+
+
+def _ring(call: _Call, d, s, ufunc, in_place) -> None:
+    """Chunk c of the result is reduced along the ring, finished at one member, then passed on.
+
+    RING word of member r: 1 after copying src to dest, 1+k+1 after reduce-scatter step k,
+    n+k+1 after all-gather step k. A member reads only its left neighbour's dest, and
+    overwrites a chunk only after its right neighbour has read it.
+    """
+    n, me = call.n, call.me
+    left, right = (me - 1) % n, (me + 1) % n
+    edges = [d.size * i // n for i in range(n + 1)]
+    chunk = [slice(edges[c], edges[c + 1]) for c in range(n)]
+    theirs = call.on(left, d, "dest")
+    if not in_place:
+        np.copyto(d, s)
+    call.publish(_RING, 1)
+    for k in range(n - 1):                       # reduce-scatter
+        c = chunk[(me - k - 1) % n]
+        call.wait(left, _RING, k + 1, f"(ring reduce-scatter step {k})")
+        ufunc(d[c], theirs[c], out=d[c])
+        call.publish(_RING, k + 2)
+    for k in range(n - 1):                       # all-gather
+        c = chunk[(me - k) % n]
+        call.wait(left, _RING, n + k, f"(ring all-gather step {k})")
+        call.wait(right, _RING, k + 2, f"(ring reduce-scatter step {k})")
+        np.copyto(d[c], theirs[c])
+        call.publish(_RING, n + k + 1)
+    call.wait(right, _RING, 2 * n - 1, "(end of the ring)")
+
+
+def _tree(call: _Call, d, s, ufunc, in_place) -> None:
+    """Double binary tree: tree t reduces half t of the data up to its root in chunks and
+    copies the result back down. UP_t / DOWN_t of a member count the chunks it has
+    reduced / received."""
+    n, me = call.n, call.me
+    half = d.size // 2
+    trees = double_binary_tree(n, me)
+    ranges = ((0, half), (half, d.size))
+    per_chunk = max(1, _TREE_CHUNK_BYTES // d.itemsize)
+    chunks = [[slice(lo, min(lo + per_chunk, hi)) for lo in range(start, hi, per_chunk)]
+              for start, hi in ranges]
+    words = ((_UP0, _DOWN0), (_UP1, _DOWN1))
+    peers = {rank: call.on(rank, d, "dest") for tree in trees
+             for rank in (*tree.children, tree.parent) if rank >= 0}
+    rounds = max(len(c) for c in chunks)
+    for i in range(rounds):                      # reduce up both trees
+        for t, tree in enumerate(trees):
+            if i >= len(chunks[t]):
+                continue
+            c, (up, down) = chunks[t][i], words[t]
+            if not in_place:
+                np.copyto(d[c], s[c])
+            for child in tree.children:
+                call.wait(child, up, i + 1, f"(tree {t} reduce, chunk {i})")
+                ufunc(d[c], peers[child][c], out=d[c])
+            call.publish(up, i + 1)
+            if tree.parent < 0:
+                call.publish(down, i + 1)
+    for i in range(rounds):                      # copy the result down both trees
+        for t, tree in enumerate(trees):
+            if i >= len(chunks[t]) or tree.parent < 0:
+                continue
+            c, (_, down) = chunks[t][i], words[t]
+            call.wait(tree.parent, down, i + 1, f"(tree {t} broadcast, chunk {i})")
+            np.copyto(d[c], peers[tree.parent][c])
+            call.publish(down, i + 1)
+    for t, tree in enumerate(trees):             # children have read my dest
+        for child in tree.children if chunks[t] else ():
+            call.wait(child, words[t][1], len(chunks[t]), f"(tree {t} end)")
