@@ -14,7 +14,7 @@ import numpy as np
 
 from ._errors import PgasValueError
 
-__all__ = ["load_acquire", "store_release", "fence", "rmw", "compare_swap",
+__all__ = ["load_acquire", "store_release", "fence", "rmw", "compare_swap", "int64_word",
            "ORDERED_DTYPES", "INTEGER_DTYPES", "RMW_OPS"]
 
 # numpy dtype -> (LLVM type, alignment, ctypes type)
@@ -165,3 +165,12 @@ def compare_swap(arr: np.ndarray, cond, value, fn: str, what: str):
     int_dtype = _BITS.get(dtype, dtype)
     old = _get().cas[int_dtype](address, _as_int(dtype, cond), _as_int(dtype, value))
     return _from_int(dtype, old)
+
+
+def int64_word(arr: np.ndarray, fn: str, what: str):
+    """Acquire-load and release-store functions bound to element 0 of int64 ``arr``, for
+    hot polling loops: ``load()`` and ``store(value)`` skip the per-call checks."""
+    address = _checked(arr, fn, what, (np.dtype(np.int64),))
+    compiled = _get()
+    load, store = compiled.loads[arr.dtype], compiled.stores[arr.dtype]
+    return (lambda: load(address)), (lambda value: store(address, value))

@@ -1,6 +1,7 @@
 """Comparisons of wait_until / signal_wait_until, and the clock of every wait loop."""
 from __future__ import annotations
 
+import os
 import time
 
 from ._constants import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NAMES, CMP_NE
@@ -36,14 +37,27 @@ def cmp_name(cmp) -> str:
 
 
 class Wait:
-    """One wait loop's clock: ``pause()`` yields, and raises once PGAS_TIMEOUT has passed."""
+    """One wait loop's clock: ``pause()`` yields, and raises once PGAS_TIMEOUT has passed.
 
-    def __init__(self, fn: str, timeout: float):
+    ``spin_s``: for that long, pause only yields the core (``sched_yield``, microseconds)
+    rather than sleeping (``time.sleep(0)`` releases the GIL, which simulated threads
+    need, but costs the kernel's timer slack, about 50 us). Host waits spin first.
+    """
+
+    def __init__(self, fn: str, timeout: float, spin_s: float = 0.0):
         self.fn = fn
         self.timeout = timeout
-        self.deadline = time.monotonic() + timeout
+        now = time.monotonic()
+        self.deadline = now + timeout
+        self.spin_until = now + spin_s
 
-    def pause(self, waiting_for: str) -> None:
-        if time.monotonic() > self.deadline:
-            raise PgasTimeoutError(f"{self.fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for}")
+    def pause(self, waiting_for) -> None:
+        """``waiting_for``: text, or a function giving it (only called on timeout)."""
+        now = time.monotonic()
+        if now < self.spin_until:
+            os.sched_yield()
+            return
+        if now > self.deadline:
+            what = waiting_for() if callable(waiting_for) else waiting_for
+            raise PgasTimeoutError(f"{self.fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {what}")
         time.sleep(0)  # let whoever we wait for run (a simulated thread, or a peer on this core)

@@ -16,6 +16,7 @@ MODULES = {
     "checks_signals": (ALL_COUNTS, {}),
     "checks_teams": (MULTI_PE, {}),
     "checks_debug": (MULTI_PE, {"PGAS_DEBUG": "1"}),
+    "checks_collectives": ([1, 2, 3, 4, 5, 6], {}),
 }
 
 CASES = [(module, n, name) for module, (counts, _) in MODULES.items() for n in counts

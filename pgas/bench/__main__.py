@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = {"put_bw": "host put bandwidth to a peer vs a local copy (2 PEs)"}
+BENCHMARKS = {"put_bw": "host put bandwidth to a peer vs a local copy (2 PEs)",
+              "allreduce": "all-reduce bandwidth per algorithm vs mpi4py Allreduce (2+ PEs)"}
 
 
 def main() -> None:
@@ -12,8 +13,9 @@ def main() -> None:
         prog="python -m pgas.bench",
         epilog="benchmarks: " + "; ".join(f"{k}: {v}" for k, v in BENCHMARKS.items()))
     parser.add_argument("name", choices=sorted(BENCHMARKS))
+    parser.add_argument("options", nargs=argparse.REMAINDER, help="options of that benchmark")
     args = parser.parse_args()
-    importlib.import_module(f"pgas.bench.{args.name}").main()
+    importlib.import_module(f"pgas.bench.{args.name}").main(args.options)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def _human(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def main() -> None:
+def main(argv=None) -> None:
     pgas.init()
     me, n = pgas.my_pe(), pgas.n_pes()
     if n < 2:

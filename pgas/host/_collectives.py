@@ -39,8 +39,9 @@ _STRIDE = 1 << 32
 # progress words (columns of Runtime.collective_words)
 _READY, _DONE, _RING, _UP0, _DOWN0, _UP1, _DOWN1 = range(7)
 _TREE_CHUNK_BYTES = 1 << 20          # pipelining unit of the tree
-_ONESHOT_MAX_BYTES = 64 << 10        # auto: oneshot up to here
+_ONESHOT_MAX_BYTES = 256 << 10       # auto: oneshot up to here
 _TREE_MIN_PES = 8                    # auto: tree from this many PEs (ring below)
+_SPIN_S = 1e-3                       # waits yield the core this long before sleeping
 
 
 class _Call:
@@ -54,9 +55,21 @@ class _Call:
         slot = self.team.handle
         rt.collective_calls[slot] += 1
         self.base = rt.collective_calls[slot] * _STRIDE
-        row = rt.collective_words[slot]
-        self.words = [rt.heap.view_on(pe, row, fn, "the team's progress words") for pe in self.team.pes]
-        self.clock = Wait(fn, rt.timeout)
+        if slot not in rt.collective_cache:
+            rt.collective_cache[slot] = self._word_accessors(slot)
+        self.loads, self.stores = rt.collective_cache[slot]
+        self.clock = Wait(fn, rt.timeout, spin_s=_SPIN_S)
+
+    def _word_accessors(self, slot: int):
+        """Per member: acquire loads of each progress word; mine: release stores."""
+        row = self.rt.collective_words[slot]
+        loads = []
+        for pe in self.team.pes:
+            words = self.rt.heap.view_on(pe, row, self.fn, "the team's progress words")
+            loads.append([_cpu_atomics.int64_word(words[w:w + 1], self.fn, "progress")[0]
+                          for w in range(len(row))])
+        stores = [_cpu_atomics.int64_word(row[w:w + 1], self.fn, "progress")[1] for w in range(len(row))]
+        return loads, stores
 
     def symmetric(self, arr, what: str) -> np.ndarray:
         data = as_ndarray(arr, self.fn, what)
@@ -69,13 +82,12 @@ class _Call:
         return self.rt.heap.view_on(self.team.pes[rank], data, self.fn, what)
 
     def publish(self, word: int, step: int) -> None:
-        _cpu_atomics.store_release(self.words[self.me][word:word + 1], self.base + step, self.fn, "progress")
+        self.stores[word](self.base + step)
 
     def wait(self, rank: int, word: int, step: int, what: str) -> None:
-        target = self.base + step
-        cell = self.words[rank][word:word + 1]
-        while _cpu_atomics.load_acquire(cell, self.fn, "progress") < target:
-            self.clock.pause(f"PE {self.team.pes[rank]} {what}")
+        target, load = self.base + step, self.loads[rank][word]
+        while load() < target:
+            self.clock.pause(lambda: f"PE {self.team.pes[rank]} {what}")
 
     def wait_others(self, word: int, step: int, what: str) -> None:
         for rank in range(self.n):
@@ -83,12 +95,10 @@ class _Call:
                 self.wait(rank, word, step, what)
 
 
-def _checked_pair(call: _Call, dest, src, dest_size, src_size, why: str):
-    d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
+def _checked_pair(call: _Call, d, s, dest_size, src_size, why: str) -> None:
     check_dtypes_match(call.fn, d, s)
     if d.size != dest_size or s.size != src_size:
         raise PgasValueError(f"{call.fn}: {why}; got dest of {d.size} and src of {s.size} elements")
-    return d, s
 
 
 def _no_overlap(call: _Call, d: np.ndarray, s: np.ndarray) -> None:
@@ -131,8 +141,8 @@ def broadcast(team, dest, src, root: int, stream=None) -> None:
 def fcollect(team, dest, src, stream=None) -> None:
     """Concatenate every member's ``src`` into ``dest`` (all-gather), in team-rank order."""
     call = _Call("pgas.fcollect", team)
-    s = call.symmetric(src, "src")
-    d, s = _checked_pair(call, dest, src, call.n * s.size, s.size,
+    d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
+    _checked_pair(call, d, s, call.n * s.size, s.size,
                          "dest must hold team size x src.size elements")
     _no_overlap(call, d, s)
     m = s.size
@@ -149,7 +159,8 @@ def alltoall(team, dest, src, stream=None) -> None:
     s = call.symmetric(src, "src")
     if s.size % call.n:
         raise PgasValueError(f"{call.fn}: src.size ({s.size}) must be a multiple of the team size ({call.n})")
-    d, s = _checked_pair(call, dest, src, s.size, s.size, "dest and src must have the same size")
+    d = call.symmetric(dest, "dest")
+    _checked_pair(call, d, s, s.size, s.size, "dest and src must have the same size")
     _no_overlap(call, d, s)
     m, me = s.size // call.n, call.me
 
@@ -162,8 +173,8 @@ def alltoall(team, dest, src, stream=None) -> None:
 def reducescatter(team, dest, src, op: str = "sum", stream=None) -> None:
     """Reduce every member's ``src`` element-wise with ``op``; member i keeps block i in ``dest``."""
     call = _Call("pgas.reducescatter", team)
-    d = call.symmetric(dest, "dest")
-    d, s = _checked_pair(call, dest, src, d.size, call.n * d.size,
+    d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
+    _checked_pair(call, d, s, d.size, call.n * d.size,
                          "src must hold team size x dest.size elements")
     _no_overlap(call, d, s)
     ufunc = reduction_ufunc(call.fn, op, d.dtype)
@@ -184,8 +195,8 @@ def reduce(team, dest, src, op: str = "sum", algorithm: str = "auto", stream=Non
     binary tree) or ``oneshot``. Every member gets bit-identical results.
     """
     call = _Call("pgas.reduce", team)
-    s = call.symmetric(src, "src")
-    d, s = _checked_pair(call, dest, src, s.size, s.size, "dest and src must have the same size")
+    d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
+    _checked_pair(call, d, s, s.size, s.size, "dest and src must have the same size")
     in_place = np.shares_memory(d, s)
     if in_place and d.__array_interface__["data"][0] != s.__array_interface__["data"][0]:
         raise PgasValueError(f"{call.fn}: dest and src must be the same array or not overlap")

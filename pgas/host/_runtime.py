@@ -41,6 +41,8 @@ class Runtime:
     teams: list = field(init=False)
     # Host collectives called so far on each team slot (the same count on every member).
     collective_calls: list = field(init=False)
+    # Per team slot: the bound progress-word accessors of host collectives (built lazily).
+    collective_cache: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self):
         n = self.boot.n_pes
@@ -58,6 +60,7 @@ class Runtime:
         self.sync_words[slot, :] = 0
         self.collective_words[slot, :] = 0
         self.collective_calls[slot] = 0
+        self.collective_cache.pop(slot, None)
 
     @property
     def my_pe(self) -> int:

@@ -1,0 +1,99 @@
+"""All-reduce bandwidth of each algorithm, beside mpi4py's Allreduce (MPI) in the same run.
+
+    pgasrun -np 2 python -m pgas.bench allreduce [--plot allreduce.png]
+
+float32 sums from 4 KiB to 64 MiB over TEAM_WORLD. For each size and algorithm the time
+is the slowest PE's mean over a batch (best batch of several); bandwidths follow
+nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n. ``--plot`` writes a PNG of
+busbw per algorithm where matplotlib is installed.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import pgas
+from pgas.host._collectives import choose_algorithm
+
+SIZES = [4 << (10 + 2 * k) for k in range(6)] + [16 << 20, 64 << 20]   # 4 KiB ... 64 MiB
+ALGORITHMS = ["ring", "tree", "oneshot", "auto"]
+BATCHES = 3
+
+
+def _seconds(comm, action, iterations: int) -> float:
+    """The slowest PE's mean time per call, best of BATCHES batches."""
+    best = float("inf")
+    for _ in range(BATCHES):
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            action()
+        best = min(best, comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / iterations)
+    return best
+
+
+def _human(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+def _plot(path: str, rows: list, n: int) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"(no matplotlib: {path} not written)")
+        return
+    sizes = [r["size"] for r in rows]
+    for name in [*ALGORITHMS, "mpi"]:
+        plt.plot(sizes, [r[name] for r in rows], marker="o", label=name)
+    plt.xscale("log", base=2)
+    plt.xlabel("bytes")
+    plt.ylabel("bus bandwidth (GB/s)")
+    plt.title(f"all-reduce, float32 sum, {n} PEs")
+    plt.legend()
+    plt.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pgas.bench allreduce")
+    parser.add_argument("--plot", metavar="PNG", help="write a bus-bandwidth plot here (needs matplotlib)")
+    args = parser.parse_args(argv)
+    pgas.init()
+    comm, me, n = MPI.COMM_WORLD, pgas.my_pe(), pgas.n_pes()
+    factor = 2 * (n - 1) / n if n > 1 else 1.0
+    src = pgas.full(max(SIZES) // 4, 1.0, np.float32)
+    dest = pgas.empty(max(SIZES) // 4, np.float32)
+    mpi_src, mpi_dest = np.ones(max(SIZES) // 4, np.float32), np.empty(max(SIZES) // 4, np.float32)
+    if me == 0:
+        print(f"all-reduce, float32 sum, {n} PEs: bus bandwidth GB/s (algbw x {factor:g}); "
+              "auto/MPI is the speed ratio")
+        print(f"{'size':>8} " + " ".join(f"{a:>8}" for a in ALGORITHMS) + f" {'MPI':>8} {'auto/MPI':>9} {'auto is':>8}")
+    rows = []
+    for size in SIZES:
+        count = size // 4
+        iterations = max(3, min(200, (64 << 20) // size))
+        row = {"size": size}
+        for name in ALGORITHMS:
+            row[name] = size * factor / 1e9 / _seconds(
+                comm, lambda: pgas.reduce(pgas.TEAM_WORLD, dest[:count], src[:count], algorithm=name), iterations)
+        row["mpi"] = size * factor / 1e9 / _seconds(
+            comm, lambda: comm.Allreduce(mpi_src[:count], mpi_dest[:count], op=MPI.SUM), iterations)
+        rows.append(row)
+        if me == 0:
+            print(f"{_human(size):>8} " + " ".join(f"{row[a]:8.2f}" for a in ALGORITHMS) +
+                  f" {row['mpi']:8.2f} {row['auto'] / row['mpi']:9.2f} {choose_algorithm(size, n):>8}", flush=True)
+    assert np.all(dest.copy_to_host()[:count] == n), "the all-reduce result is wrong"
+    if me == 0 and args.plot:
+        _plot(args.plot, rows, n)
+    pgas.free(dest)
+    pgas.free(src)
+    pgas.finalize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Host collectives against numpy: every collective x op x dtype x size x algorithm x team."""
+import numpy as np
+import pytest
+
+import pgas
+from _util import pattern
+
+DTYPES = [np.int32, np.int64, np.uint32, np.uint64, np.float16, np.float32, np.float64]
+OPS = ["sum", "prod", "min", "max", "and", "or", "xor"]
+ALGORITHMS = ["oneshot", "ring", "tree", "auto"]
+SIZES = [1, 7, 1001, 70_001]
+
+
+def inputs(pe: int, count: int, dtype, op: str) -> np.ndarray:
+    """Per-PE values whose reduction is exact in every dtype (in any order)."""
+    if op == "prod":
+        return (pattern(pe, count, np.int64) % 2 + 1).astype(dtype)
+    return (pattern(pe, count, np.int64) % 11).astype(dtype)
+
+
+def expected(op: str, arrays: list) -> np.ndarray:
+    ufunc = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+             "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
+    return ufunc.reduce(np.stack(arrays), axis=0).astype(arrays[0].dtype)
+
+
+def teams():
+    """(name, team or None) for every team to test; None on PEs outside it. Collective."""
+    n = pgas.n_pes()
+    made = [("world", pgas.TEAM_WORLD)]
+    made.append(("odd-strided", pgas.team_split_strided(pgas.TEAM_WORLD, 1, 2, n // 2) if n >= 2 else None))
+    x, y = pgas.team_split_2d(pgas.TEAM_WORLD, 2)
+    made += [("2d-row", x), ("2d-column", y)]
+    return made
+
+
+def destroy(made):
+    for _, team in made[1:]:
+        pgas.team_destroy(team)
+
+
+def members(team) -> list:
+    return [pgas.team_translate_pe(team, r, pgas.TEAM_WORLD) for r in range(pgas.team_n_pes(team))]
+
+
+def check_reduce_every_op_dtype_size_algorithm_and_team():
+    made = teams()
+    for name, team in made:
+        for dtype in DTYPES:
+            for op in OPS:
+                if op in ("and", "or", "xor") and np.dtype(dtype).kind == "f":
+                    continue
+                for count in SIZES:
+                    src = pgas.empty(count, dtype)
+                    dest = pgas.empty(count, dtype)
+                    if team is not None:
+                        pes = members(team)
+                        src.copy_to_device(inputs(pgas.my_pe(), count, dtype, op))
+                        want = expected(op, [inputs(pe, count, dtype, op) for pe in pes])
+                        for algorithm in ALGORITHMS:
+                            pgas.reduce(team, dest, src, op, algorithm=algorithm)
+                            got = dest.copy_to_host()
+                            assert np.array_equal(got, want), (name, dtype, op, count, algorithm)
+                    pgas.free(dest)
+                    pgas.free(src)
+    destroy(made)
+
+
+def check_reduce_in_place_and_64_mib():
+    me, n = pgas.my_pe(), pgas.n_pes()
+    count = (64 << 20) // 4
+    data = pgas.empty(count, np.float32)
+    for algorithm in ("oneshot", "ring", "tree"):
+        data.copy_to_device(inputs(me, count, np.float32, "sum"))
+        pgas.reduce(pgas.TEAM_WORLD, data, data, "sum", algorithm=algorithm)
+        want = expected("sum", [inputs(pe, count, np.float32, "sum") for pe in range(n)])
+        assert np.array_equal(data.copy_to_host(), want), algorithm
+    pgas.free(data)
+
+
+def check_broadcast_every_root_dtype_and_team():
+    made = teams()
+    for name, team in made:
+        for dtype in (np.int32, np.uint64, np.float16, np.float64):
+            for count in (1, 1001, 300_000):
+                src = pgas.empty(count, dtype)
+                dest = pgas.zeros(count, dtype)
+                if team is not None:
+                    pes = members(team)
+                    src.copy_to_device(pattern(pgas.my_pe(), count, dtype))
+                    for root in range(len(pes)):
+                        pgas.broadcast(team, dest, src, root)
+                        assert np.array_equal(dest.copy_to_host(), pattern(pes[root], count, dtype)), (name, root)
+                pgas.free(dest)
+                pgas.free(src)
+    destroy(made)
+
+
+def check_fcollect_alltoall_reducescatter_every_dtype_and_team():
+    made = teams()
+    for name, team in made:
+        size = pgas.team_n_pes(team) if team is not None else 1
+        for dtype in DTYPES:
+            for count in (1, 333, 100_000):
+                block = pgas.empty(count, dtype)
+                whole = pgas.empty(count * pgas.n_pes(), dtype)
+                whole_out = pgas.empty(count * pgas.n_pes(), dtype)
+                if team is not None:
+                    pes, me = members(team), pgas.my_pe()
+                    rank = pgas.team_my_pe(team)
+                    gathered, scattered = whole[:count * size], whole_out[:count * size]
+                    block.copy_to_device(pattern(me, count, dtype))
+                    pgas.fcollect(team, gathered, block)
+                    want = np.concatenate([pattern(pe, count, dtype) for pe in pes])
+                    assert np.array_equal(gathered.copy_to_host(), want), ("fcollect", name, dtype)
+
+                    gathered.copy_to_device(pattern(me * 7, count * size, dtype))
+                    pgas.alltoall(team, scattered, gathered)
+                    want = np.concatenate([pattern(pe * 7, count * size, dtype)[rank * count:(rank + 1) * count]
+                                           for pe in pes])
+                    assert np.array_equal(scattered.copy_to_host(), want), ("alltoall", name, dtype)
+
+                    gathered.copy_to_device(inputs(me, count * size, dtype, "sum"))
+                    pgas.reducescatter(team, block, gathered, "sum")
+                    full = expected("sum", [inputs(pe, count * size, dtype, "sum") for pe in pes])
+                    assert np.array_equal(block.copy_to_host(), full[rank * count:(rank + 1) * count]), \
+                        ("reducescatter", name, dtype)
+                for a in (whole_out, whole, block):
+                    pgas.free(a)
+    destroy(made)
+
+
+def check_collective_errors():
+    n = pgas.n_pes()
+    a = pgas.zeros(4, np.float32)
+    b = pgas.zeros(5, np.float32)
+    i = pgas.zeros(4, np.int32)
+    world = pgas.TEAM_WORLD
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: dest and src must have the same size; "
+                                             r"got dest of 5 and src of 4 elements"):
+        pgas.reduce(world, b, a)
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: dest and src must have the same dtype"):
+        pgas.reduce(world, i, a)
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: op must be one of sum, prod, min, max, and, or, "
+                                             r"xor, got 'avg'"):
+        pgas.reduce(world, a, a, "avg")
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: op 'xor' needs an integer dtype, got float32"):
+        pgas.reduce(world, a, a, "xor")
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: algorithm must be one of auto, ring, tree, oneshot, "
+                                             r"got 'fast'"):
+        pgas.reduce(world, a, a, algorithm="fast")
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: src is not symmetric memory"):
+        pgas.reduce(world, a, np.zeros(4, np.float32))
+    with pytest.raises(pgas.PgasError, match=r"pgas.fcollect: dest must hold team size x src.size elements; "
+                                             r"got dest of 5 and src of 4 elements"):
+        pgas.fcollect(world, b, a)
+    with pytest.raises(pgas.PgasError, match=rf"pgas.broadcast: root must be a team rank within \[0, {n}\), got {n}"):
+        pgas.broadcast(world, a, a, n)
+    with pytest.raises(pgas.PgasError, match=r"pgas.reducescatter: dest and src must not overlap"):
+        whole = pgas.zeros(4 * n, np.float32)
+        try:
+            pgas.reducescatter(world, whole[:4], whole)
+        finally:
+            pgas.free(whole)
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: team 20 is not a team of PE"):
+        pgas.reduce(20, a, a)
+    for x in (i, b, a):
+        pgas.free(x)
