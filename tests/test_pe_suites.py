@@ -17,6 +17,7 @@ MODULES = {
     "checks_teams": (MULTI_PE, {}),
     "checks_debug": (MULTI_PE, {"PGAS_DEBUG": "1"}),
     "checks_collectives": ([1, 2, 3, 4, 5, 6], {}),
+    "checks_device_collectives": ([1, 2, 3, 5], {}),
 }
 
 CASES = [(module, n, name) for module, (counts, _) in MODULES.items() for n in counts

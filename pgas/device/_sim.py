@@ -14,8 +14,10 @@ import threading
 import numpy as np
 
 from .. import _cpu_atomics
-from .._checks import check_contiguous, check_nonnegative, check_pe, check_sig_op, check_signal
+from .._checks import (check_contiguous, check_dtypes_match, check_nonnegative, check_pe, check_sig_op,
+                       check_signal)
 from .._errors import PgasError, PgasTimeoutError, PgasValueError
+from .._reductions import reduction_ufunc
 from .._waiting import Wait, check_cmp, cmp_name
 from ..host import _runtime
 from ..host._memory import as_ndarray
@@ -27,6 +29,7 @@ __all__ = [
     "load_acquire", "store_release", "fence", "atomic_rmw", "atomic_compare_swap",
     "group_rank_and_size", "group_sync", "wait", "check_not_empty", "check_copy",
     "check_cmp", "cmp_name", "check_signal", "check_sig_op", "device_function",
+    "reduce_shares", "store_share", "reduction_ufunc", "check_size", "check_root", "check_dtypes_match",
 ]
 
 THREAD, WARP, BLOCK = 0, 1, 2
@@ -95,6 +98,19 @@ def copy_strided(dst: np.ndarray, dst_stride: int, src: np.ndarray, src_stride: 
     d = dst.reshape(-1)[:(nelems - 1) * dst_stride + 1:dst_stride]
     s = src.reshape(-1)[:(nelems - 1) * src_stride + 1:src_stride]
     d[rank::size] = s[rank::size]
+
+
+def reduce_shares(views: list, ufunc, rank: int, size: int) -> np.ndarray:
+    """Elements rank, rank+size, ... of ``ufunc`` reduced over ``views`` (in list order)."""
+    acc = views[0].reshape(-1)[rank::size].copy()
+    for view in views[1:]:
+        ufunc(acc, view.reshape(-1)[rank::size], out=acc)
+    return acc
+
+
+def store_share(dst: np.ndarray, share: np.ndarray, rank: int, size: int) -> None:
+    """dst's elements rank, rank+size, ... = ``share`` (what reduce_shares gave)."""
+    dst.reshape(-1)[rank::size] = share
 
 
 def load_acquire(arr: np.ndarray, fn: str, what: str):
@@ -208,3 +224,13 @@ def check_copy(fn: str, dst: np.ndarray, dst_name: str, dst_stride, src: np.ndar
                 f"{fn}: {name} has {arr.size} elements but {nelems} elements at stride {stride} "
                 f"need {(nelems - 1) * stride + 1}")
 
+
+
+def check_size(fn: str, what: str, have: int, need: int, why: str) -> None:
+    if have != need:
+        raise PgasValueError(f"{fn}: {why}; {what} has {have} elements, {need} needed")
+
+
+def check_root(fn: str, root, team_size: int) -> None:
+    if isinstance(root, (bool, np.bool_)) or not isinstance(root, (int, np.integer)) or not 0 <= root < team_size:
+        raise PgasValueError(f"{fn}: root must be a team rank within [0, {team_size}), got {root!r}")
