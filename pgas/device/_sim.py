@@ -102,9 +102,12 @@ def copy_strided(dst: np.ndarray, dst_stride: int, src: np.ndarray, src_stride: 
 
 def reduce_shares(views: list, ufunc, rank: int, size: int) -> np.ndarray:
     """Elements rank, rank+size, ... of ``ufunc`` reduced over ``views`` (in list order)."""
-    acc = views[0].reshape(-1)[rank::size].copy()
-    for view in views[1:]:
-        ufunc(acc, view.reshape(-1)[rank::size], out=acc)
+    shares = [view.reshape(-1)[rank::size] for view in views]
+    if len(shares) == 1:
+        return shares[0].copy()
+    acc = ufunc(shares[0], shares[1])
+    for share in shares[2:]:
+        ufunc(acc, share, out=acc)
     return acc
 
 

@@ -39,8 +39,7 @@ _STRIDE = 1 << 32
 # progress words (columns of Runtime.collective_words)
 _READY, _DONE, _RING, _UP0, _DOWN0, _UP1, _DOWN1 = range(7)
 _TREE_CHUNK_BYTES = 1 << 20          # pipelining unit of the tree
-_ONESHOT_MAX_BYTES = 256 << 10       # auto: oneshot up to here
-_TREE_MIN_PES = 8                    # auto: tree from this many PEs (ring below)
+_ONESHOT_MAX_TRAFFIC = 16 << 20     # auto: oneshot while n_pes x bytes stays below this
 _SPIN_S = 1e-3                       # waits yield the core this long before sleeping
 
 
@@ -182,10 +181,18 @@ def reducescatter(team, dest, src, op: str = "sum", stream=None) -> None:
 
     def reduce_my_block():
         block = s[me * m:(me + 1) * m]
-        np.copyto(d, call.on(0, block, "src"))
-        for rank in range(1, call.n):
-            ufunc(d, call.on(rank, block, "src"), out=d)
+        _reduce_into(d, [call.on(rank, block, "src") for rank in range(call.n)], ufunc)
     _pull_all(call, reduce_my_block)
+
+
+def _reduce_into(out: np.ndarray, arrays: list, ufunc) -> None:
+    """out = arrays[0] op arrays[1] op ..., in that order, in as few passes as possible."""
+    if len(arrays) == 1:
+        np.copyto(out, arrays[0])
+        return
+    ufunc(arrays[0], arrays[1], out=out)
+    for more in arrays[2:]:
+        ufunc(out, more, out=out)
 
 
 def reduce(team, dest, src, op: str = "sum", algorithm: str = "auto", stream=None) -> None:
@@ -213,19 +220,25 @@ def reduce(team, dest, src, op: str = "sum", algorithm: str = "auto", stream=Non
 
 
 def choose_algorithm(nbytes: int, n_pes: int) -> str:
-    """What ``algorithm="auto"`` runs for ``nbytes`` over ``n_pes`` members."""
-    if nbytes <= _ONESHOT_MAX_BYTES:
+    """What ``algorithm="auto"`` runs for ``nbytes`` over ``n_pes`` members.
+
+    oneshot reads n_pes x nbytes per member, the ring about 2 x nbytes: oneshot wins while
+    that is small, and always on 2 PEs (the same traffic, fewer steps). Measured
+    crossovers: docs/collectives.md.
+
+    The double binary tree is never chosen: on the machines measured so far (up to 8 PEs)
+    the ring beat it at every size; its log(n) depth pays off at scales not measured yet.
+    """
+    if n_pes <= 2 or nbytes * n_pes <= _ONESHOT_MAX_TRAFFIC:
         return "oneshot"
-    return "tree" if n_pes >= _TREE_MIN_PES else "ring"
+    return "ring"
 
 
 def _oneshot(call: _Call, d, s, ufunc, in_place) -> None:
     result = np.empty_like(d) if in_place else d
 
     def reduce_all():
-        np.copyto(result, call.on(0, s, "src"))
-        for rank in range(1, call.n):
-            ufunc(result, call.on(rank, s, "src"), out=result)
+        _reduce_into(result, [call.on(rank, s, "src") for rank in range(call.n)], ufunc)
     _pull_all(call, reduce_all)
     if in_place:
         np.copyto(d, result)
@@ -234,9 +247,10 @@ def _oneshot(call: _Call, d, s, ufunc, in_place) -> None:
 def _ring(call: _Call, d, s, ufunc, in_place) -> None:
     """Chunk c of the result is reduced along the ring, finished at one member, then passed on.
 
-    RING word of member r: 1 after copying src to dest, 1+k+1 after reduce-scatter step k,
-    n+k+1 after all-gather step k. A member reads only its left neighbour's dest, and
-    overwrites a chunk only after its right neighbour has read it.
+    RING word of member r: 1 once its own chunk r holds its src, 1+k+1 after reduce-scatter
+    step k, n+k+1 after all-gather step k. A member reads only its left neighbour's dest,
+    and overwrites a chunk only after its right neighbour has read it. Each reduce-scatter
+    step reads src and the neighbour's partial and writes dest in one pass.
     """
     n, me = call.n, call.me
     left, right = (me - 1) % n, (me + 1) % n
@@ -244,12 +258,12 @@ def _ring(call: _Call, d, s, ufunc, in_place) -> None:
     chunk = [slice(edges[c], edges[c + 1]) for c in range(n)]
     theirs = call.on(left, d, "dest")
     if not in_place:
-        np.copyto(d, s)
+        np.copyto(d[chunk[me]], s[chunk[me]])   # the only chunk my right neighbour reads unreduced
     call.publish(_RING, 1)
     for k in range(n - 1):                       # reduce-scatter
         c = chunk[(me - k - 1) % n]
         call.wait(left, _RING, k + 1, f"(ring reduce-scatter step {k})")
-        ufunc(d[c], theirs[c], out=d[c])
+        ufunc(s[c], theirs[c], out=d[c])
         call.publish(_RING, k + 2)
     for k in range(n - 1):                       # all-gather
         c = chunk[(me - k) % n]
@@ -280,11 +294,9 @@ def _tree(call: _Call, d, s, ufunc, in_place) -> None:
             if i >= len(chunks[t]):
                 continue
             c, (up, down) = chunks[t][i], words[t]
-            if not in_place:
-                np.copyto(d[c], s[c])
             for child in tree.children:
                 call.wait(child, up, i + 1, f"(tree {t} reduce, chunk {i})")
-                ufunc(d[c], peers[child][c], out=d[c])
+            _reduce_into(d[c], [s[c], *(peers[child][c] for child in tree.children)], ufunc)
             call.publish(up, i + 1)
             if tree.parent < 0:
                 call.publish(down, i + 1)
