@@ -109,3 +109,19 @@ def check_signal_waits_time_out_naming_what_they_waited_for():
                                                         r"for signal == 1 \(last value seen: 0\)"):
             pgas.signal_wait_until(signal, pgas.CMP_EQ, 1)
     pgas.free(signal)
+
+
+def check_host_collective_timeouts_name_the_pe_and_step():
+    n = pgas.n_pes()
+    team = pgas.team_split_strided(pgas.TEAM_WORLD, 0, 1, n)   # destroyed below: fresh counters after
+    data = pgas.zeros(4, np.float32)
+    if pgas.my_pe() == 0 and n > 1:
+        with short_timeout(), pytest.raises(pgas.PgasTimeoutError, match=re.escape(
+                "pgas.reduce: waited PGAS_TIMEOUT=0.3 s for PE 1 to enter the collective")):
+            pgas.reduce(team, data, data, algorithm="oneshot")
+        left = n - 1   # the ring's first wait is on PE 0's left neighbour
+        with short_timeout(), pytest.raises(pgas.PgasTimeoutError, match=re.escape(
+                f"pgas.reduce: waited PGAS_TIMEOUT=0.3 s for PE {left} (ring reduce-scatter step 0)")):
+            pgas.reduce(team, data, data, algorithm="ring")
+    pgas.free(data)
+    pgas.team_destroy(team)
