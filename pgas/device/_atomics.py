@@ -7,6 +7,7 @@ Integer results wrap as on the GPU (``atomic_add(u64, -1)`` subtracts one).
 """
 from __future__ import annotations
 
+from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
 from ._primitives import prim as _p
 
 __all__ = ["atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap",
@@ -22,13 +23,13 @@ def atomic_fetch(dest, pe):
 def atomic_set(dest, value, pe):
     """atomic_set(dest, value, pe): atomically write ``value`` to PE ``pe``'s ``dest[0]``."""
     fn = "pgas.device.atomic_set"
-    _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), "xchg", value, fn, "dest")
+    _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), RMW_XCHG, value, fn, "dest")
 
 
 def atomic_swap(dest, value, pe):
     """atomic_swap(dest, value, pe) -> old: write ``value``, return what was there."""
     fn = "pgas.device.atomic_swap"
-    return _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), "xchg", value, fn, "dest")
+    return _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), RMW_XCHG, value, fn, "dest")
 
 
 def atomic_compare_swap(dest, cond, value, pe):
@@ -40,16 +41,16 @@ def atomic_compare_swap(dest, cond, value, pe):
 def atomic_fetch_inc(dest, pe):
     """atomic_fetch_inc(dest, pe) -> old: add one to PE ``pe``'s ``dest[0]``."""
     fn = "pgas.device.atomic_fetch_inc"
-    return _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), "add", 1, fn, "dest")
+    return _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), RMW_ADD, 1, fn, "dest")
 
 
 def atomic_inc(dest, pe):
     """atomic_inc(dest, pe): add one to PE ``pe``'s ``dest[0]``."""
     fn = "pgas.device.atomic_inc"
-    _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), "add", 1, fn, "dest")
+    _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), RMW_ADD, 1, fn, "dest")
 
 
-_BINARY = {"add": "add", "and": "and", "or": "or", "xor": "xor"}
+_BINARY = {"add": RMW_ADD, "and": RMW_AND, "or": RMW_OR, "xor": RMW_XOR}
 
 
 def _make(op: str, fetch: bool):

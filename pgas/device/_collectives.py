@@ -3,87 +3,115 @@
 One thread per PE calls the plain forms; every thread of one block calls the ``_block``
 forms, with the same arguments, and they share the work. Every member reads what it
 needs from its peers' copies (the same path as ``get``: load/store between the PEs of a
-node) between two team synchronizations: the first says every member's ``src`` is
-ready, the second that every member has finished reading. A reduction computes its
-result before the second synchronization and stores it after, so ``dest`` may be ``src``.
-Results are identical on every member (the same reduction order everywhere).
+node) between team synchronizations: the first says every member's ``src`` is ready,
+the last that every member has finished reading. An all-reduce is a reduce-scatter
+(member r reduces block r of everyone's ``src``) then an all-gather of the finished
+blocks, so each element is reduced once (by its block's owner) and ``dest`` may be
+``src``. Results are identical on every member.
 """
 from __future__ import annotations
 
 from .._reductions import OPS
+from ._codes import BLOCK, THREAD, reduce_code
 from ._primitives import prim as _p
 from ._sync import _grouped_sync
 
 __all__ = ["broadcast", "fcollect", "alltoall", "broadcast_block", "fcollect_block", "alltoall_block"]
 
 
+@_p.jit
 def _arrays(fn, dest, src):
-    d, s = _p.local(dest, fn, "dest"), _p.local(src, fn, "src")
+    d = _p.local(dest, fn, "dest")
+    s = _p.local(src, fn, "src")
     _p.check_dtypes_match(fn, d, s)
     return d, s
 
 
+@_p.jit
 def _broadcast(fn, scope, team, dest, src, root):
-    members = _p.team(team, fn)
     d, s = _arrays(fn, dest, src)
     _p.check_size(fn, "dest", d.size, s.size, "dest and src must have the same size")
-    _p.check_root(fn, root, members.size)
+    _p.check_root(fn, root, _p.team_size(team, fn))
     rank, size = _p.group_rank_and_size(scope, fn)
     _grouped_sync(fn, scope, team, False)
-    source = s if members.my_index == root else _p.peer(src, members.pes[root], fn, "src")
-    _p.copy_strided(d, 1, source, 1, d.size, rank, size)
+    if _p.team_rank(team, fn) == root:
+        _p.copy_strided(d, 1, s, 1, d.size, rank, size)
+    else:
+        _p.copy_strided(d, 1, _p.peer(src, _p.team_pe(team, root, fn), fn, "src"), 1, d.size, rank, size)
     _grouped_sync(fn, scope, team, False)
 
 
+@_p.jit
 def _fcollect(fn, scope, team, dest, src):
-    members = _p.team(team, fn)
     d, s = _arrays(fn, dest, src)
     m = s.size
-    _p.check_size(fn, "dest", d.size, members.size * m, "dest must hold team size x src.size elements")
+    n = _p.team_size(team, fn)
+    _p.check_size(fn, "dest", d.size, n * m, "dest must hold team size x src.size elements")
     rank, size = _p.group_rank_and_size(scope, fn)
     _grouped_sync(fn, scope, team, False)
-    for q in range(members.size):
-        _p.copy_strided(d.reshape(-1)[q * m:(q + 1) * m], 1, _p.peer(src, members.pes[q], fn, "src"), 1,
-                        m, rank, size)
+    for q in range(n):
+        theirs = _p.peer(src, _p.team_pe(team, q, fn), fn, "src")
+        _p.copy_strided(d[q * m:(q + 1) * m], 1, theirs, 1, m, rank, size)
     _grouped_sync(fn, scope, team, False)
 
 
+@_p.jit
 def _alltoall(fn, scope, team, dest, src):
-    members = _p.team(team, fn)
     d, s = _arrays(fn, dest, src)
+    n = _p.team_size(team, fn)
     _p.check_size(fn, "dest", d.size, s.size, "dest and src must have the same size")
-    m = s.size // members.size
-    _p.check_size(fn, "src", s.size, members.size * m, "src.size must be a multiple of the team size")
+    m = s.size // n
+    _p.check_size(fn, "src", s.size, n * m, "src.size must be a multiple of the team size")
     rank, size = _p.group_rank_and_size(scope, fn)
-    me = members.my_index
+    me = _p.team_rank(team, fn)
     _grouped_sync(fn, scope, team, False)
-    for q in range(members.size):
-        theirs = _p.peer(src, members.pes[q], fn, "src").reshape(-1)[me * m:(me + 1) * m]
-        _p.copy_strided(d.reshape(-1)[q * m:(q + 1) * m], 1, theirs, 1, m, rank, size)
+    for q in range(n):
+        theirs = _p.peer(src, _p.team_pe(team, q, fn), fn, "src")
+        _p.copy_strided(d[q * m:(q + 1) * m], 1, theirs[me * m:(me + 1) * m], 1, m, rank, size)
     _grouped_sync(fn, scope, team, False)
 
 
-def _reduce(fn, scope, team, dest, src, op, scatter):
-    members = _p.team(team, fn)
+@_p.jit
+def _reducescatter(fn, scope, team, dest, src, op):
+    """Member i reduces block i of every member's ``src`` into its ``dest``."""
     d, s = _arrays(fn, dest, src)
-    ufunc = _p.reduction_ufunc(fn, op, d.dtype)
+    _p.check_reduction(fn, op, d)
     m = d.size
-    if scatter:
-        _p.check_size(fn, "src", s.size, members.size * m, "src must hold team size x dest.size elements")
-    else:
-        _p.check_size(fn, "dest", d.size, s.size, "dest and src must have the same size")
-    lo = members.my_index * m if scatter else 0
+    _p.check_size(fn, "src", s.size, _p.team_size(team, fn) * m, "src must hold team size x dest.size elements")
     rank, size = _p.group_rank_and_size(scope, fn)
     _grouped_sync(fn, scope, team, False)
-    views = [_p.peer(src, pe, fn, "src").reshape(-1)[lo:lo + m] for pe in members.pes]
-    share = _p.reduce_shares(views, ufunc, rank, size)
+    _p.reduce_from_peers(fn, d, 0, src, _p.team_rank(team, fn) * m, m, team, op, rank, size)
     _grouped_sync(fn, scope, team, False)
-    _p.store_share(d, share, rank, size)
-    _p.group_sync(scope, fn)
 
 
-_SCOPES = {"": (_p.THREAD, "One thread per PE calls it."),
-           "_block": (_p.BLOCK, "Every thread of one block calls it with the same arguments; they share the work.")}
+@_p.jit
+def _reduce(fn, scope, team, dest, src, op):
+    """All-reduce as reduce-scatter then all-gather, both reading peers directly: member
+    r reduces block r of every member's ``src`` into block r of its ``dest``; after a
+    sync every member copies the other finished blocks from their owners' ``dest``. Each
+    member writes only its own block before the middle sync, and only others' blocks
+    after it, so ``dest`` may be ``src``."""
+    d, s = _arrays(fn, dest, src)
+    _p.check_reduction(fn, op, d)
+    _p.check_size(fn, "dest", d.size, s.size, "dest and src must have the same size")
+    n = _p.team_size(team, fn)
+    me = _p.team_rank(team, fn)
+    rank, size = _p.group_rank_and_size(scope, fn)
+    _grouped_sync(fn, scope, team, False)
+    lo = d.size * me // n
+    _p.reduce_from_peers(fn, d, lo, src, lo, d.size * (me + 1) // n - lo, team, op, rank, size)
+    _grouped_sync(fn, scope, team, False)
+    for q in range(n):
+        if q != me:
+            lo = d.size * q // n
+            hi = d.size * (q + 1) // n
+            theirs = _p.peer(dest, _p.team_pe(team, q, fn), fn, "dest")
+            _p.copy_strided(d[lo:hi], 1, theirs[lo:hi], 1, hi - lo, rank, size)
+    _grouped_sync(fn, scope, team, False)
+
+
+_SCOPES = {"": (THREAD, "One thread per PE calls it."),
+           "_block": (BLOCK, "Every thread of one block calls it with the same arguments; they share the work.")}
 
 
 def _make_data_movers(suffix):
@@ -114,8 +142,13 @@ def _make_reduction(op, scatter, suffix):
     name = f"{op}_{'reducescatter' if scatter else 'reduce'}{suffix}"
     fn = f"pgas.device.{name}"
 
-    def reduction(team, dest, src):
-        _reduce(fn, scope, team, dest, src, op, scatter)
+    code = reduce_code(op)
+    if scatter:
+        def reduction(team, dest, src):
+            _reducescatter(fn, scope, team, dest, src, code)
+    else:
+        def reduction(team, dest, src):
+            _reduce(fn, scope, team, dest, src, code)
 
     reduction.__name__ = reduction.__qualname__ = name
     what = ("member i keeps block i of the element-wise result in ``dest``" if scatter else

@@ -8,29 +8,28 @@ __all__ = ["my_pe", "n_pes", "team_my_pe", "team_n_pes", "team_translate_pe"]
 
 def my_pe():
     """my_pe() -> this PE's number in TEAM_WORLD."""
-    return _p.runtime("pgas.device.my_pe").my_pe
+    return _p.my_pe("pgas.device.my_pe")
 
 
 def n_pes():
     """n_pes() -> the number of PEs in the job."""
-    return _p.runtime("pgas.device.n_pes").n_pes
+    return _p.n_pes("pgas.device.n_pes")
 
 
 def team_my_pe(team):
     """team_my_pe(team) -> this PE's rank in ``team``."""
-    return _p.team(team, "pgas.device.team_my_pe").my_index
+    return _p.team_rank(team, "pgas.device.team_my_pe")
 
 
 def team_n_pes(team):
     """team_n_pes(team) -> the number of PEs in ``team``."""
-    return _p.team(team, "pgas.device.team_n_pes").size
+    return _p.team_size(team, "pgas.device.team_n_pes")
 
 
 def team_translate_pe(src_team, pe, dest_team):
     """team_translate_pe(src_team, pe, dest_team) -> the rank in ``dest_team`` of the PE
     with rank ``pe`` in ``src_team``, or -1 if it is not a member of ``dest_team``."""
     fn = "pgas.device.team_translate_pe"
-    src, dest = _p.team(src_team, fn), _p.team(dest_team, fn)
-    if not 0 <= pe < src.size:
+    if pe < 0 or pe >= _p.team_size(src_team, fn):
         return -1
-    return dest.index_of(src.pes[pe])
+    return _p.team_index_of(dest_team, _p.team_pe(src_team, pe, fn), fn)

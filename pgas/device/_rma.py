@@ -7,6 +7,7 @@ blocking ``put`` returns once ``src`` may be reused; the data is visible to the 
 """
 from __future__ import annotations
 
+from ._codes import BLOCK, THREAD, WARP
 from ._primitives import prim as _p
 
 __all__ = ["p", "g", "put", "get", "put_nbi", "get_nbi", "iput", "iget"]
@@ -17,7 +18,7 @@ def p(dest, value, pe):
     fn = "pgas.device.p"
     remote = _p.peer(dest, pe, fn, "dest")
     _p.check_not_empty(fn, "dest", remote)
-    remote.reshape(-1)[0] = value
+    remote[0] = value
 
 
 def g(src, pe):
@@ -25,25 +26,34 @@ def g(src, pe):
     fn = "pgas.device.g"
     remote = _p.peer(src, pe, fn, "src")
     _p.check_not_empty(fn, "src", remote)
-    return remote.reshape(-1)[0]
+    return remote[0]
 
 
-def _copy(fn, dest, src, pe, to_peer, scope, dst_stride=1, src_stride=1, nelems=None):
+@_p.jit
+def _copy_strided(fn, dest, src, pe, to_peer, scope, dst_stride, src_stride, nelems, whole):
     """The one copy behind every put/get form: ``to_peer`` says which side is PE ``pe``'s.
 
-    ``nelems`` defaults to ``src.size`` for puts and ``dest.size`` for gets. Threads of the
-    group (``scope``) copy every size-th element from their rank, then synchronize.
+    ``whole``: copy ``src.size`` elements for puts, ``dest.size`` for gets (``nelems`` is
+    ignored). Threads of the group (``scope``) copy every size-th element from their
+    rank, then synchronize.
     """
     rank, size = _p.group_rank_and_size(scope, fn)
     if to_peer:
-        d, s = _p.peer(dest, pe, fn, "dest"), _p.plain(src, fn, "src")
+        d = _p.peer(dest, pe, fn, "dest")
+        s = _p.plain(src, fn, "src")
     else:
-        d, s = _p.plain(dest, fn, "dest"), _p.peer(src, pe, fn, "src")
-    if nelems is None:
+        d = _p.plain(dest, fn, "dest")
+        s = _p.peer(src, pe, fn, "src")
+    if whole:
         nelems = s.size if to_peer else d.size
     _p.check_copy(fn, d, "dest", dst_stride, s, "src", src_stride, nelems)
     _p.copy_strided(d, dst_stride, s, src_stride, nelems, rank, size)
     _p.group_sync(scope, fn)
+
+
+@_p.jit
+def _copy(fn, dest, src, pe, to_peer, scope):
+    _copy_strided(fn, dest, src, pe, to_peer, scope, 1, 1, 0, True)
 
 
 def iput(dest, src, dst_stride, src_stride, nelems, pe):
@@ -52,15 +62,15 @@ def iput(dest, src, dst_stride, src_stride, nelems, pe):
     Element ``i`` (``i < nelems``) of ``src`` at ``i*src_stride`` goes to ``i*dst_stride`` of
     PE ``pe``'s ``dest``; strides count elements.
     """
-    _copy("pgas.device.iput", dest, src, pe, True, _p.THREAD, dst_stride, src_stride, nelems)
+    _copy_strided("pgas.device.iput", dest, src, pe, True, THREAD, dst_stride, src_stride, nelems, False)
 
 
 def iget(dest, src, dst_stride, src_stride, nelems, pe):
     """iget(dest, src, dst_stride, src_stride, nelems, pe): strided get from PE ``pe``'s ``src``."""
-    _copy("pgas.device.iget", dest, src, pe, False, _p.THREAD, dst_stride, src_stride, nelems)
+    _copy_strided("pgas.device.iget", dest, src, pe, False, THREAD, dst_stride, src_stride, nelems, False)
 
 
-_SCOPES = {"": _p.THREAD, "_warp": _p.WARP, "_block": _p.BLOCK}
+_SCOPES = {"": THREAD, "_warp": WARP, "_block": BLOCK}
 _SCOPE_DOCS = {
     "": "Called by one thread.",
     "_warp": "All threads of the warp must call this with the same arguments; they share the copy.",

@@ -9,21 +9,22 @@ its signal update is, so a PE that sees the signal (``signal_wait_until``) may r
 from __future__ import annotations
 
 from .._constants import SIGNAL_SET
+from ._codes import BLOCK, RMW_ADD, RMW_XCHG, THREAD, WARP
 from ._primitives import prim as _p
 from ._rma import _copy
-from ._sync import wait_for_value
 
 __all__ = ["signal_op", "signal_fetch", "signal_wait_until"]
 
 
+@_p.jit
 def _update(fn, signal, value, sig_op, pe):
     word = _p.peer(signal, pe, fn, "signal")
     _p.check_signal(fn, word)
     _p.check_sig_op(fn, sig_op)
     if sig_op == SIGNAL_SET:
-        _p.atomic_rmw(word, "xchg", value, fn, "signal")
+        _p.atomic_rmw(word, RMW_XCHG, value, fn, "signal")
     else:
-        _p.atomic_rmw(word, "add", value, fn, "signal")
+        _p.atomic_rmw(word, RMW_ADD, value, fn, "signal")
 
 
 def signal_op(signal, value, sig_op, pe):
@@ -47,12 +48,12 @@ def signal_wait_until(signal, cmp, value):
     fn = "pgas.device.signal_wait_until"
     word = _p.local(signal, fn, "signal")
     _p.check_signal(fn, word)
-    return wait_for_value(fn, word, "signal", cmp, value)
+    return _p.wait_for_value(fn, word, "signal", cmp, value)
 
 
-_SCOPES = {"": (_p.THREAD, "Called by one thread."),
-           "_warp": (_p.WARP, "Every thread of the warp calls it with the same arguments; they share the copy."),
-           "_block": (_p.BLOCK, "Every thread of the block calls it with the same arguments; they share the copy.")}
+_SCOPES = {"": (THREAD, "Called by one thread."),
+           "_warp": (WARP, "Every thread of the warp calls it with the same arguments; they share the copy."),
+           "_block": (BLOCK, "Every thread of the block calls it with the same arguments; they share the copy.")}
 
 
 def _make(nbi: bool, suffix: str):
@@ -63,7 +64,7 @@ def _make(nbi: bool, suffix: str):
     def put_signal_op(dest, src, signal, value, sig_op, pe):
         _copy(fn, dest, src, pe, True, scope)  # ends with the group synchronized
         if _p.group_rank_and_size(scope, fn)[0] == 0:
-            _p.fence()  # the data before the signal
+            _p.fence(fn)  # the data before the signal
             _update(fn, signal, value, sig_op, pe)
 
     put_signal_op.__name__ = put_signal_op.__qualname__ = name

@@ -1,10 +1,12 @@
 """The simulator's primitive layer: what the device API needs that differs per backend.
 
 Device functions (``_rma.py``, ``_sync.py``, ...) are written once on top of these
-names. In the simulator they run as plain Python inside numba's simulated threads:
-arrays are numpy views of the mapped heaps, copies are vectorized, ordering comes from
-real CPU acquire/release operations, and every wait loop yields (a spinning simulated
-thread would otherwise starve the thread it waits for) and gives up after PGAS_TIMEOUT.
+names, in a style numba can compile for the cuda backend (integers, arrays, calls; no
+Python objects). In the simulator they run as plain Python inside numba's simulated
+threads: arrays are flat numpy views of the mapped heaps, copies and reductions are
+vectorized, ordering comes from real CPU acquire/release operations, and every wait
+loop yields (a spinning simulated thread would otherwise starve the thread it waits
+for) and gives up after PGAS_TIMEOUT with a message naming what it waited for.
 """
 from __future__ import annotations
 
@@ -18,21 +20,22 @@ from .._checks import (check_contiguous, check_dtypes_match, check_nonnegative, 
                        check_signal)
 from .._errors import PgasError, PgasTimeoutError, PgasValueError
 from .._reductions import reduction_ufunc
-from .._waiting import Wait, check_cmp, cmp_name
+from .._waiting import Wait, check_cmp, cmp_name, compare
 from ..host import _runtime
 from ..host._memory import as_ndarray
 from ..host._team_table import team_of
+from ._codes import BLOCK, REDUCE_OPS, RMW_NAMES, THREAD, WARP
 
 __all__ = [
-    "THREAD", "WARP", "BLOCK", "WARP_SIZE",
-    "runtime", "local", "peer", "plain", "team", "barrier_words", "copy_strided",
+    "WARP_SIZE", "jit", "device_function",
+    "my_pe", "n_pes", "team_rank", "team_size", "team_pe", "team_index_of",
+    "local", "peer", "plain", "barrier_words", "copy_strided", "reduce_from_peers",
     "load_acquire", "store_release", "fence", "atomic_rmw", "atomic_compare_swap",
-    "group_rank_and_size", "group_sync", "wait", "check_not_empty", "check_copy",
-    "check_cmp", "cmp_name", "check_signal", "check_sig_op", "device_function",
-    "reduce_shares", "store_share", "reduction_ufunc", "check_size", "check_root", "check_dtypes_match",
+    "group_rank_and_size", "group_sync", "wait_for_value", "wait_for_arrivals",
+    "check_not_empty", "check_copy", "check_cmp", "check_signal", "check_sig_op", "check_size",
+    "check_root", "check_dtypes_match", "check_reduction",
 ]
 
-THREAD, WARP, BLOCK = 0, 1, 2
 WARP_SIZE = 32
 
 
@@ -54,66 +57,104 @@ def _check_allocated(rt: _runtime.Runtime, data: np.ndarray, fn: str, what: str)
         raise PgasValueError(f"{fn}: {what} (heap bytes [{offset}, {end})) {where}")
 
 
+def jit(function):
+    """How a shared device helper is compiled: in the simulator it stays plain Python."""
+    return function
+
+
+def my_pe(fn: str) -> int:
+    return runtime(fn).my_pe
+
+
+def n_pes(fn: str) -> int:
+    return runtime(fn).n_pes
+
+
+def _team(team, fn: str):
+    return team_of(runtime(fn), team, fn)
+
+
+def team_rank(team, fn: str) -> int:
+    """This PE's rank in ``team``."""
+    return _team(team, fn).my_index
+
+
+def team_size(team, fn: str) -> int:
+    return _team(team, fn).size
+
+
+def team_pe(team, rank: int, fn: str) -> int:
+    """The world PE of team rank ``rank``."""
+    return _team(team, fn).pes[rank]
+
+
+def team_index_of(team, pe: int, fn: str) -> int:
+    """The team rank of world PE ``pe``, or -1."""
+    return _team(team, fn).index_of(pe)
+
+
+def _flat(data: np.ndarray, fn: str, what: str) -> np.ndarray:
+    check_contiguous(fn, what, data)
+    return data.reshape(-1)
+
+
 def local(arr, fn: str, what: str) -> np.ndarray:
-    """This PE's copy of a symmetric kernel argument, as numpy (checked symmetric)."""
+    """This PE's copy of a symmetric kernel argument, flat (checked symmetric)."""
     rt = runtime(fn)
     data = as_ndarray(arr, fn, what)
     if rt.debug:
         _check_allocated(rt, data, fn, what)
     else:
         rt.heap.offset_of(data, fn, what)
-    return data
+    return _flat(data, fn, what)
 
 
 def peer(arr, pe, fn: str, what: str) -> np.ndarray:
-    """PE ``pe``'s copy of symmetric ``arr`` (load/store reachable), as numpy."""
+    """PE ``pe``'s copy of symmetric ``arr`` (load/store reachable), flat."""
     rt = runtime(fn)
     pe = check_pe(fn, pe, rt.n_pes)
     data = as_ndarray(arr, fn, what)
     if rt.debug:
         _check_allocated(rt, data, fn, what)
-    return rt.heap.view_on(pe, data, fn, what)
-
-
-def team(handle, fn: str):
-    """The team behind ``handle`` (pes, my_index, size), checked."""
-    return team_of(runtime(fn), handle, fn)
-
-
-def barrier_words(handle: int, fn: str) -> np.ndarray:
-    """Team ``handle``'s row of device barrier words: a flag per member rank, epoch last."""
-    return runtime(fn).sync_words[handle]
+    return _flat(rt.heap.view_on(pe, data, fn, what), fn, what)
 
 
 def plain(arr, fn: str, what: str) -> np.ndarray:
-    """Any array argument (symmetric or not), as numpy."""
-    return as_ndarray(arr, fn, what)
+    """Any array argument (symmetric or not), flat."""
+    return _flat(as_ndarray(arr, fn, what), fn, what)
+
+
+def barrier_words(team, fn: str) -> np.ndarray:
+    """``team``'s row of device barrier words: a flag per member rank, epoch last."""
+    return runtime(fn).sync_words[_team(team, fn).handle]
 
 
 def copy_strided(dst: np.ndarray, dst_stride: int, src: np.ndarray, src_stride: int,
                  nelems: int, rank: int, size: int) -> None:
-    """Elements i = rank, rank+size, ... < nelems: dst.flat[i*dst_stride] = src.flat[i*src_stride]."""
+    """Elements i = rank, rank+size, ... < nelems: dst[i*dst_stride] = src[i*src_stride] (flat arrays)."""
     if nelems == 0:
         return
-    d = dst.reshape(-1)[:(nelems - 1) * dst_stride + 1:dst_stride]
-    s = src.reshape(-1)[:(nelems - 1) * src_stride + 1:src_stride]
+    d = dst[:(nelems - 1) * dst_stride + 1:dst_stride]
+    s = src[:(nelems - 1) * src_stride + 1:src_stride]
     d[rank::size] = s[rank::size]
 
 
-def reduce_shares(views: list, ufunc, rank: int, size: int) -> np.ndarray:
-    """Elements rank, rank+size, ... of ``ufunc`` reduced over ``views`` (in list order)."""
-    shares = [view.reshape(-1)[rank::size] for view in views]
+def reduce_from_peers(fn: str, dst: np.ndarray, dst_lo: int, src, src_lo: int, count: int, team,
+                      op: int, rank: int, size: int) -> None:
+    """dst[dst_lo + i] = ``op`` over every member's src[src_lo + i], for this thread's share
+    of i < count (every size-th from rank). The order is this PE's own value first, then
+    the others in team-rank order: ``dst`` may be ``src`` (its values are read first)."""
+    members = _team(team, fn)
+    ufunc = reduction_ufunc(fn, REDUCE_OPS[op], dst.dtype)
+    order = [members.my_index] + [r for r in range(members.size) if r != members.my_index]
+    shares = [peer(src, members.pes[r], fn, "src")[src_lo:src_lo + count][rank::size] for r in order]
+    out = dst[dst_lo:dst_lo + count][rank::size]
     if len(shares) == 1:
-        return shares[0].copy()
-    acc = ufunc(shares[0], shares[1])
+        out[...] = shares[0]
+        return
+    ufunc(shares[0], shares[1], out=out)
     for share in shares[2:]:
-        ufunc(acc, share, out=acc)
-    return acc
-
-
-def store_share(dst: np.ndarray, share: np.ndarray, rank: int, size: int) -> None:
-    """dst's elements rank, rank+size, ... = ``share`` (what reduce_shares gave)."""
-    dst.reshape(-1)[rank::size] = share
+        ufunc(out, share, out=out)
 
 
 def load_acquire(arr: np.ndarray, fn: str, what: str):
@@ -124,22 +165,40 @@ def store_release(arr: np.ndarray, value, fn: str, what: str) -> None:
     _cpu_atomics.store_release(arr, value, fn, what)
 
 
-def fence() -> None:
+def fence(fn: str) -> None:
+    """A full memory fence of this thread (seq_cst; the system scope on a GPU)."""
+    runtime(fn)
     _cpu_atomics.fence()
 
 
-def atomic_rmw(arr: np.ndarray, op: str, value, fn: str, what: str):
-    """Atomic read-modify-write of element 0 (op: xchg add and or xor); the old value."""
-    return _cpu_atomics.rmw(arr, op, value, fn, what)
+def atomic_rmw(arr: np.ndarray, op: int, value, fn: str, what: str):
+    """Atomic read-modify-write of element 0 (op: an RMW_* code); the old value."""
+    return _cpu_atomics.rmw(arr, RMW_NAMES[op], value, fn, what)
 
 
 def atomic_compare_swap(arr: np.ndarray, cond, value, fn: str, what: str):
     return _cpu_atomics.compare_swap(arr, cond, value, fn, what)
 
 
-def wait(fn: str) -> Wait:
-    """The clock of one wait loop of a device function (PGAS_TIMEOUT)."""
-    return Wait(fn, runtime(fn).timeout)
+def wait_for_value(fn: str, word: np.ndarray, what: str, cmp, value):
+    """Poll local ``word[0]`` (acquire) until ``word[0] <cmp> value``; returns the value seen."""
+    check_cmp(fn, cmp)
+    clock = Wait(fn, runtime(fn).timeout)
+    while True:
+        seen = load_acquire(word, fn, what)
+        if compare(seen, cmp, value):
+            return seen
+        clock.pause(lambda: f"{what} {cmp_name(cmp)} {value} (last value seen: {seen})")
+
+
+def wait_for_arrivals(fn: str, team, words: np.ndarray, epoch) -> None:
+    """Wait until every member's arrival flag in ``words`` has reached ``epoch``."""
+    members = _team(team, fn)
+    clock = Wait(fn, runtime(fn).timeout)
+    for rank in range(members.size):
+        while load_acquire(words[rank:rank + 1], fn, "barrier flag") < epoch:
+            clock.pause(lambda: f"PEs {[members.pes[r] for r in range(members.size) if words[r] < epoch]} "
+                                f"to arrive (team {members.handle})")
 
 
 def device_function(function):
@@ -232,6 +291,10 @@ def check_copy(fn: str, dst: np.ndarray, dst_name: str, dst_stride, src: np.ndar
 def check_size(fn: str, what: str, have: int, need: int, why: str) -> None:
     if have != need:
         raise PgasValueError(f"{fn}: {why}; {what} has {have} elements, {need} needed")
+
+
+def check_reduction(fn: str, op: int, arr: np.ndarray) -> None:
+    reduction_ufunc(fn, REDUCE_OPS[op], arr.dtype)
 
 
 def check_root(fn: str, root, team_size: int) -> None:

@@ -21,39 +21,29 @@ from __future__ import annotations
 
 from .._constants import TEAM_WORLD
 from .._waiting import compare
+from ._codes import BLOCK, THREAD, WARP
 from ._primitives import prim as _p
 
 __all__ = ["fence", "quiet", "wait_until", "test"]
 
+_compare = _p.jit(compare)
+
 
 def fence():
     """fence(): order this thread's puts to each PE (see the module's guarantees)."""
-    _p.runtime("pgas.device.fence")
-    _p.fence()
+    _p.fence("pgas.device.fence")
 
 
 def quiet():
     """quiet(): complete every operation this thread issued (see the module's guarantees)."""
-    _p.runtime("pgas.device.quiet")
-    _p.fence()
+    _p.fence("pgas.device.quiet")
 
 
 def test(ivar, cmp, value):
     """test(ivar, cmp, value) -> bool: does the local ``ivar[0] <cmp> value`` hold now?"""
     fn = "pgas.device.test"
     _p.check_cmp(fn, cmp)
-    return bool(compare(_p.load_acquire(_p.local(ivar, fn, "ivar"), fn, "ivar"), cmp, value))
-
-
-def wait_for_value(fn, word, what, cmp, value):
-    """Poll local ``word[0]`` (acquire) until ``word[0] <cmp> value``; returns the value seen."""
-    _p.check_cmp(fn, cmp)
-    wait = _p.wait(fn)
-    while True:
-        seen = _p.load_acquire(word, fn, what)
-        if compare(seen, cmp, value):
-            return seen
-        wait.pause(f"{what} {_p.cmp_name(cmp)} {value} (last value seen: {seen})")
+    return _compare(_p.load_acquire(_p.local(ivar, fn, "ivar"), fn, "ivar"), cmp, value)
 
 
 def wait_until(ivar, cmp, value):
@@ -62,31 +52,30 @@ def wait_until(ivar, cmp, value):
     Fails with PgasTimeoutError after PGAS_TIMEOUT seconds.
     """
     fn = "pgas.device.wait_until"
-    wait_for_value(fn, _p.local(ivar, fn, "ivar"), "ivar", cmp, value)
+    _p.wait_for_value(fn, _p.local(ivar, fn, "ivar"), "ivar", cmp, value)
 
 
+@_p.jit
 def _team_sync(fn, team, complete_first):
     """Epoch barrier over ``team``: raise my arrival flag on every member, wait for all flags.
 
     Each team has a row of words on every PE: the flag of team rank q at [q], this PE's
     epoch for the team last.
     """
-    members = _p.team(team, fn)
-    words = _p.barrier_words(members.handle, fn)
+    words = _p.barrier_words(team, fn)
     if complete_first:
-        _p.fence()
-    epoch = words[-1] + 1
-    words[-1] = epoch
-    me = members.my_index
-    for pe in members.pes:
-        _p.store_release(_p.peer(words[me:me + 1], pe, fn, "barrier flag"), epoch, fn, "barrier flag")
-    wait = _p.wait(fn)
-    for q in range(members.size):
-        while _p.load_acquire(words[q:q + 1], fn, "barrier flag") < epoch:
-            missing = [members.pes[r] for r in range(members.size) if words[r] < epoch]
-            wait.pause(f"PEs {missing} to arrive (team {members.handle})")
+        _p.fence(fn)
+    last = words.size - 1
+    epoch = words[last] + 1
+    words[last] = epoch
+    me = _p.team_rank(team, fn)
+    for q in range(_p.team_size(team, fn)):
+        flag = _p.peer(words[me:me + 1], _p.team_pe(team, q, fn), fn, "barrier flag")
+        _p.store_release(flag, epoch, fn, "barrier flag")
+    _p.wait_for_arrivals(fn, team, words, epoch)
 
 
+@_p.jit
 def _grouped_sync(fn, scope, team, complete_first):
     """``_team_sync`` done once per thread / warp / block, the group synchronized around it."""
     _p.group_sync(scope, fn)
@@ -95,9 +84,9 @@ def _grouped_sync(fn, scope, team, complete_first):
     _p.group_sync(scope, fn)
 
 
-_SCOPES = {"": (_p.THREAD, "One thread per PE calls it."),
-           "_warp": (_p.WARP, "Every thread of one warp calls it."),
-           "_block": (_p.BLOCK, "Every thread of one block calls it.")}
+_SCOPES = {"": (THREAD, "One thread per PE calls it."),
+           "_warp": (WARP, "Every thread of one warp calls it."),
+           "_block": (BLOCK, "Every thread of one block calls it.")}
 
 
 def _make(name: str, suffix: str, complete_first: bool, on_team: bool):
