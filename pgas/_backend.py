@@ -38,9 +38,7 @@ def _select() -> str:
     if requested == "simulator":
         return "simulator"
     if requested == "cuda":
-        raise PgasError(
-            "PGAS_BACKEND=cuda: the cuda backend is not available in this version of pgas; "
-            "use PGAS_BACKEND=simulator (or auto)")
+        return "cuda"
     # Said once per job: pgasrun says it itself; under mpiexec only rank 0 does.
     if os.environ.get("PGAS_BACKEND_NOTICE_GIVEN") != "1" and os.environ.get("PMI_RANK", "0") == "0":
         reason = "no usable GPU" if not gpu_usable() else "the cuda backend is not in this version"
@@ -59,6 +57,16 @@ def _enable_simulator() -> None:
         sys.modules["numba.core.config"].ENABLE_CUDASIM = True
 
 
+def _enable_gpu_mode() -> None:
+    """The cuda backend compiles kernels for real GPUs: numba must not be in simulator mode."""
+    cuda_module = sys.modules.get("numba.cuda")
+    simulated = (cuda_module is not None and "simulator" in cuda_module.jit.__module__) or \
+        os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    if simulated:
+        raise PgasError("PGAS_BACKEND=cuda, but numba's CUDA simulator is enabled "
+                        "(NUMBA_ENABLE_CUDASIM=1): unset it, or use PGAS_BACKEND=simulator")
+
+
 def backend_name() -> str:
     """The backend of this process (``"simulator"`` or ``"cuda"``), chosen on first call."""
     global _chosen
@@ -66,5 +74,7 @@ def backend_name() -> str:
         name = _select()
         if name == "simulator":
             _enable_simulator()
+        else:
+            _enable_gpu_mode()
         _chosen = name
     return _chosen

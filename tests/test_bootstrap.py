@@ -157,6 +157,8 @@ def test_backend_choice_and_bad_values():
     assert "PGAS_SYMMETRIC_SIZE='lots' is not valid: expected a byte count" in size.stderr
     late = run_python("import numba.cuda; import pgas", PGAS_BACKEND="simulator", NUMBA_ENABLE_CUDASIM="0")
     assert "numba.cuda was imported before pgas" in late.stderr
+    simulated = run_python("import pgas", PGAS_BACKEND="cuda", NUMBA_ENABLE_CUDASIM="1")
+    assert "PGAS_BACKEND=cuda, but numba's CUDA simulator is enabled" in simulated.stderr
 
 
 def test_pgas_info_lists_every_variable():

@@ -117,14 +117,17 @@ _SCOPES = {"": (THREAD, "One thread per PE calls it."),
 def _make_data_movers(suffix):
     scope, who = _SCOPES[suffix]
 
+    broadcast_fn, fcollect_fn, alltoall_fn = (f"pgas.device.{name}{suffix}"
+                                              for name in ("broadcast", "fcollect", "alltoall"))
+
     def broadcast(team, dest, src, root):
-        _broadcast(f"pgas.device.broadcast{suffix}", scope, team, dest, src, root)
+        _broadcast(broadcast_fn, scope, team, dest, src, root)
 
     def fcollect(team, dest, src):
-        _fcollect(f"pgas.device.fcollect{suffix}", scope, team, dest, src)
+        _fcollect(fcollect_fn, scope, team, dest, src)
 
     def alltoall(team, dest, src):
-        _alltoall(f"pgas.device.alltoall{suffix}", scope, team, dest, src)
+        _alltoall(alltoall_fn, scope, team, dest, src)
 
     broadcast.__doc__ = (f"broadcast{suffix}(team, dest, src, root): ``dest`` on every member = team rank "
                          f"``root``'s ``src``. {who}")

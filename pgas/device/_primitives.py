@@ -7,3 +7,7 @@ __all__ = ["prim"]
 
 if backend_name() == "simulator":
     from . import _sim as prim
+else:
+    from . import _offline
+    _offline.install()
+    from . import _cuda as prim

@@ -117,6 +117,19 @@ def _exit_ending_job(code=None):
     _plain_exit(code)
 
 
+def _refuse_cuda() -> None:
+    """The cuda backend compiles kernels (offline too) but cannot run them in this version."""
+    from .._backend import gpu_usable
+    if not gpu_usable():
+        raise PgasError(
+            "pgas.init: PGAS_BACKEND=cuda, but no GPU is usable here (no CUDA driver or no device). "
+            "Kernels that call pgas.device still compile for sm_90 offline "
+            "(numba.cuda.compile_ptx); to run programs here use PGAS_BACKEND=simulator")
+    raise PgasError(
+        "pgas.init: the cuda backend's symmetric heap (GPU memory shared by CUDA IPC) is not in "
+        "this version of pgas yet; use PGAS_BACKEND=simulator")
+
+
 def init(comm=None) -> None:
     """Join the job and set up the symmetric heap (collective over the job's PEs).
 
@@ -129,7 +142,8 @@ def init(comm=None) -> None:
     global _runtime
     if _runtime is not None:
         raise PgasError("pgas.init() was called twice: call pgas.finalize() before initializing again")
-    backend_name()
+    if backend_name() == "cuda":
+        _refuse_cuda()
     size = setting("PGAS_SYMMETRIC_SIZE")
     debug, timeout = setting("PGAS_DEBUG"), setting("PGAS_TIMEOUT")
     boot = bootstrap(comm)

@@ -1,0 +1,132 @@
+"""Compile every public pgas.device function, every example kernel and a user's kernel to
+sm_90 PTX with the cuda backend forced and no GPU, and link each to a cubin (ptxas checks
+the inline PTX); check that the waits poll with coherent acquire loads. Prints one JSON
+report on stdout.
+
+    PGAS_BACKEND=cuda python tests/offline/compile_for_gpu.py
+"""
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pgas
+import pgas.device as dev
+from numba import cuda, types
+
+CC = (9, 0)
+ROOT = Path(__file__).resolve().parents[2]
+ARRAY_PARAMS = {"dest", "src", "ivar", "signal"}
+FLOAT_OK = {"atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap", "p", "g", "put", "get",
+            "sum_reduce", "max_reduce", "sum_reducescatter", "broadcast", "fcollect", "alltoall"}
+WAITS = ["wait_until", "signal_wait_until", "barrier_all", "sync_all", "barrier", "sync_block"]
+
+
+def call_kernel(name: str, dtype):
+    """A kernel that calls dev.<name> with arrays of ``dtype`` and int32 scalars."""
+    params = list(inspect.signature(getattr(dev, name).py_func).parameters)
+    args = ", ".join(params)
+    namespace = {"dev": dev}
+    exec(f"def kernel({args}{', ' if args else ''}out):\n    out[0] = dev.{name}({args}) or 0\n"
+         if name in RETURNS else
+         f"def kernel({args}{', ' if args else ''}out):\n    dev.{name}({args})\n", namespace)
+    signature = []
+    for p in params:
+        if p in ARRAY_PARAMS:
+            signature.append(types.uint64[::1] if p == "signal" else dtype[::1])
+        elif p in ("value", "cond"):
+            signature.append(dtype)
+        else:
+            signature.append(types.int32)
+    return namespace["kernel"], tuple(signature) + (dtype[::1],)
+
+
+RETURNS = {"my_pe", "n_pes", "team_my_pe", "team_n_pes", "team_translate_pe", "g", "test",
+           "signal_fetch", "signal_wait_until", "atomic_fetch", "atomic_swap", "atomic_compare_swap",
+           "atomic_fetch_inc", "atomic_fetch_add", "atomic_fetch_and", "atomic_fetch_or", "atomic_fetch_xor"}
+
+
+def example_kernels():
+    """(name, python function, signature) of every kernel in examples/."""
+    i64, f64, u64 = types.int64[::1], types.float64[::1], types.uint64[::1]
+    signatures = {
+        "shift.shift": (types.int32[::1],),
+        "ring.pass_along": (i64, i64, i64),
+        "ring_allreduce.ring_allreduce": (f64, f64, u64, types.int64),
+        "atomic_counter.worker": (i64, types.int32[::1], i64, i64, types.int64),
+    }
+    for key, signature in signatures.items():
+        module_name, kernel = key.split(".")
+        spec = importlib.util.spec_from_file_location(module_name, ROOT / "examples" / f"{module_name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield key, getattr(module, kernel).py_func, signature
+
+
+def user_kernel(ivar, data, pe):
+    """What a user writes: their own kernel calling pgas.device."""
+    dev.put_nbi(data, data, pe)
+    dev.quiet()
+    dev.p(ivar, 1, pe)
+    dev.wait_until(ivar, dev.CMP_EQ, 1)
+
+
+def link_cubin(ptx: str) -> int:
+    try:
+        from cuda.core import Linker, LinkerOptions, ObjectCode
+    except ImportError:
+        from cuda.core.experimental import Linker, LinkerOptions, ObjectCode
+    code = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch=f"sm_{CC[0]}{CC[1]}")).link("cubin")
+    return len(code.code)
+
+
+def main():
+    from pgas._backend import gpu_usable
+    report = {"backend": pgas.backend(), "gpu_usable": gpu_usable(), "compiled": [], "failed": {}, "waits": {}, "cubin_bytes": {}}
+    jobs = []
+    for name in dev.__all__:
+        if not callable(getattr(dev, name)):
+            continue
+        jobs.append((name, types.int64))
+        if name in FLOAT_OK:
+            jobs += [(name, types.float32), (name, types.float64)]
+        if name.startswith("atomic_"):
+            jobs += [(name, types.int32), (name, types.uint32), (name, types.uint64)]
+    start = time.time()
+    for name, dtype in jobs:
+        label = f"{name}[{dtype}]"
+        try:
+            kernel, signature = call_kernel(name, dtype)
+            ptx, _ = cuda.compile_ptx(kernel, signature, cc=CC)
+            cubin = link_cubin(ptx)   # ptxas checks the inline PTX too
+        except Exception as exc:  # reported, and the test fails on it
+            report["failed"][label] = str(exc).strip().splitlines()[:6]
+            continue
+        report["compiled"].append(label)
+        report["cubin_bytes"][label] = cubin
+        if name in WAITS and dtype == types.int64:
+            report["waits"][name] = {"acquire": "ld.acquire.sys" in ptx, "non_coherent": "ld.global.nc" in ptx}
+    for label, function, signature in [*example_kernels(), ("user_kernel", user_kernel,
+                                                            (types.int64[::1], types.float64[::1], types.int32))]:
+        try:
+            ptx, _ = cuda.compile_ptx(function, signature, cc=CC)
+            report["compiled"].append(label)
+            report["cubin_bytes"][label] = link_cubin(ptx)
+        except Exception as exc:
+            report["failed"][label] = str(exc).strip().splitlines()[:6]
+    report["seconds"] = round(time.time() - start, 1)
+    try:
+        pgas.init()
+        report["init"] = "initialized"
+    except pgas.PgasError as exc:
+        report["init"] = str(exc)
+    json.dump(report, sys.stdout)
+
+
+if __name__ == "__main__":
+    if os.environ.get("PGAS_BACKEND") != "cuda":
+        raise SystemExit("run with PGAS_BACKEND=cuda")
+    main()
