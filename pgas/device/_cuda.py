@@ -24,7 +24,7 @@ from numba import cuda, types
 from numba.cuda.extending import intrinsic
 from numba.cuda.np.numpy_support import carray as _carray
 
-from .._constants import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE
+from .._waiting import compare
 from ._codes import BLOCK, RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, THREAD
 
 __all__ = [
@@ -375,21 +375,7 @@ def group_sync(scope, fn):
         cuda.syncwarp()
 
 
-@jit
-def _compare(value, cmp, target):
-    if cmp == CMP_EQ:
-        return value == target
-    if cmp == CMP_NE:
-        return value != target
-    if cmp == CMP_GT:
-        return value > target
-    if cmp == CMP_GE:
-        return value >= target
-    if cmp == CMP_LT:
-        return value < target
-    if cmp == CMP_LE:
-        return value <= target
-    return False
+_compare = jit(compare)
 
 
 @jit

@@ -83,9 +83,8 @@ def link_cubin(ptx: str) -> int:
     return len(code.code)
 
 
-def main():
-    from pgas._backend import gpu_usable
-    report = {"backend": pgas.backend(), "gpu_usable": gpu_usable(), "compiled": [], "failed": {}, "waits": {}, "cubin_bytes": {}}
+def device_jobs() -> list:
+    """(function name, dtype) for every public device function, in a fixed order."""
     jobs = []
     for name in dev.__all__:
         if not callable(getattr(dev, name)):
@@ -95,8 +94,13 @@ def main():
             jobs += [(name, types.float32), (name, types.float64)]
         if name.startswith("atomic_"):
             jobs += [(name, types.int32), (name, types.uint32), (name, types.uint64)]
-    start = time.time()
-    for name, dtype in jobs:
+    return jobs
+
+
+def compile_share(share: int, shares: int) -> dict:
+    """Compile and link every shares-th device-function job from ``share``."""
+    report = {"compiled": [], "failed": {}, "waits": {}, "cubin_bytes": {}}
+    for name, dtype in device_jobs()[share::shares]:
         label = f"{name}[{dtype}]"
         try:
             kernel, signature = call_kernel(name, dtype)
@@ -109,6 +113,23 @@ def main():
         report["cubin_bytes"][label] = cubin
         if name in WAITS and dtype == types.int64:
             report["waits"][name] = {"acquire": "ld.acquire.sys" in ptx, "non_coherent": "ld.global.nc" in ptx}
+    return report
+
+
+def main():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from pgas._backend import gpu_usable
+    report = {"backend": pgas.backend(), "gpu_usable": gpu_usable(), "compiled": [], "failed": {}, "waits": {},
+              "cubin_bytes": {}}
+    start = time.time()
+    shares = min(4, os.cpu_count() or 1)
+    with ProcessPoolExecutor(shares, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for part in pool.map(compile_share, range(shares), [shares] * shares):
+            report["compiled"] += part["compiled"]
+            for key in ("failed", "waits", "cubin_bytes"):
+                report[key].update(part[key])
     for label, function, signature in [*example_kernels(), ("user_kernel", user_kernel,
                                                             (types.int64[::1], types.float64[::1], types.int32))]:
         try:
