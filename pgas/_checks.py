@@ -12,7 +12,7 @@ from ._constants import SIGNAL_ADD, SIGNAL_SET
 from ._errors import PgasValueError
 
 __all__ = ["check_pe", "check_dtypes_match", "check_fits", "check_contiguous", "check_nonnegative",
-           "check_signal", "check_sig_op"]
+           "check_signal", "check_sig_op", "check_root"]
 
 
 def check_pe(fn: str, pe, n_pes: int, what: str = "pe") -> int:
@@ -60,3 +60,9 @@ def check_signal(fn: str, signal: np.ndarray) -> None:
 def check_sig_op(fn: str, sig_op) -> None:
     if sig_op not in (SIGNAL_SET, SIGNAL_ADD):
         raise PgasValueError(f"{fn}: sig_op must be pgas.SIGNAL_SET or pgas.SIGNAL_ADD, got {sig_op!r}")
+
+
+def check_root(fn: str, root, team_size: int) -> None:
+    """``root`` must be a team rank."""
+    if isinstance(root, (bool, np.bool_)) or not isinstance(root, numbers.Integral) or not 0 <= root < team_size:
+        raise PgasValueError(f"{fn}: root must be a team rank within [0, {team_size}), got {root!r}")

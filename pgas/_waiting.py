@@ -7,7 +7,7 @@ import time
 from ._constants import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NAMES, CMP_NE
 from ._errors import PgasTimeoutError, PgasValueError
 
-__all__ = ["compare", "check_cmp", "cmp_name", "Wait"]
+__all__ = ["compare", "check_cmp", "cmp_name", "Wait", "wait_for_value"]
 
 
 def compare(value, cmp, target) -> bool:
@@ -61,3 +61,18 @@ class Wait:
             what = waiting_for() if callable(waiting_for) else waiting_for
             raise PgasTimeoutError(f"{self.fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {what}")
         time.sleep(0)  # let whoever we wait for run (a simulated thread, or a peer on this core)
+
+
+def wait_for_value(fn: str, load, what: str, cmp, value, timeout: float):
+    """Call ``load()`` until its result ``<cmp> value``; returns that result.
+
+    Fails after ``timeout`` seconds with a PgasTimeoutError naming ``what`` and the last
+    value seen.
+    """
+    check_cmp(fn, cmp)
+    clock = Wait(fn, timeout)
+    while True:
+        seen = load()
+        if compare(seen, cmp, value):
+            return seen
+        clock.pause(lambda: f"{what} {cmp_name(cmp)} {value} (last value seen: {seen})")

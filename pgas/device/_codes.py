@@ -1,10 +1,10 @@
 """Integer codes that device functions pass to the primitive layer (compiled code takes
-integers where Python would pass names)."""
+integers where Python would pass names), and the names every primitive layer provides."""
 from __future__ import annotations
 
 from .._reductions import OPS
 
-__all__ = ["THREAD", "WARP", "BLOCK", "RMW_XCHG", "RMW_ADD", "RMW_AND", "RMW_OR", "RMW_XOR",
+__all__ = ["PRIMITIVES", "THREAD", "WARP", "BLOCK", "RMW_XCHG", "RMW_ADD", "RMW_AND", "RMW_OR", "RMW_XOR",
            "RMW_NAMES", "REDUCE_OPS", "reduce_code"]
 
 # cooperative scopes: which threads share one call
@@ -20,3 +20,15 @@ REDUCE_OPS = tuple(OPS)
 
 def reduce_code(op: str) -> int:
     return REDUCE_OPS.index(op)
+
+
+# What each primitive layer (_sim.py, _cuda.py) defines for the shared device functions.
+PRIMITIVES = (
+    "WARP_SIZE", "jit", "device_function",
+    "my_pe", "n_pes", "team_rank", "team_size", "team_pe", "team_index_of",
+    "local", "peer", "plain", "barrier_words", "copy_strided", "reduce_from_peers",
+    "load_acquire", "store_release", "fence", "atomic_rmw", "atomic_compare_swap",
+    "group_rank_and_size", "group_sync", "wait_for_value", "wait_for_arrivals",
+    "check_not_empty", "check_copy", "check_cmp", "check_signal", "check_sig_op", "check_size",
+    "check_root", "check_dtypes_match", "check_reduction",
+)

@@ -25,17 +25,9 @@ from numba.cuda.extending import intrinsic
 from numba.cuda.np.numpy_support import carray as _carray
 
 from .._waiting import compare
-from ._codes import BLOCK, RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, THREAD
+from ._codes import BLOCK, PRIMITIVES, RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, THREAD, reduce_code
 
-__all__ = [
-    "WARP_SIZE", "STATE_ADDRESS", "STATE_WORDS", "jit", "device_function",
-    "my_pe", "n_pes", "team_rank", "team_size", "team_pe", "team_index_of",
-    "local", "peer", "plain", "barrier_words", "copy_strided", "reduce_from_peers",
-    "load_acquire", "store_release", "fence", "atomic_rmw", "atomic_compare_swap",
-    "group_rank_and_size", "group_sync", "wait_for_value", "wait_for_arrivals",
-    "check_not_empty", "check_copy", "check_cmp", "check_signal", "check_sig_op", "check_size",
-    "check_root", "check_dtypes_match", "check_reduction",
-]
+__all__ = [*PRIMITIVES, "STATE_ADDRESS", "STATE_WORDS"]
 
 WARP_SIZE = 32
 STATE_ADDRESS = 0x7E00_0000_0000          # reserved by the host runtime in every PE
@@ -44,6 +36,8 @@ _MY_PE, _N_PES, _HEAP_BASE, _HEAP_SIZE, _TIMEOUT_NS = range(5)
 _PEER_BASES = 8
 STATE_WORDS = {"my_pe": _MY_PE, "n_pes": _N_PES, "heap_base": _HEAP_BASE, "heap_size": _HEAP_SIZE,
                "timeout_ns": _TIMEOUT_NS, "peer_bases": _PEER_BASES}
+# reduction codes that _combine and _bitwise branch on
+_SUM, _PROD, _MIN, _MAX, _AND, _OR = (reduce_code(op) for op in ("sum", "prod", "min", "max", "and", "or"))
 
 
 def jit(function):
@@ -92,7 +86,7 @@ def _int64_pointer(typingctx, address):
 
 @intrinsic
 def _bitwise(typingctx, op, a, b):
-    """a and/or/xor b for op 4/5/6 (REDUCE_OPS order) on integers; floats never get here
+    """a and/or/xor b for the and/or/xor reduction codes on integers; floats never get here
     (the host and the simulator refuse bitwise reductions of floats) and return a."""
     def codegen(context, builder, sig, args):
         op_value, x, y = args
@@ -100,9 +94,9 @@ def _bitwise(typingctx, op, a, b):
         if not isinstance(sig.args[1], types.Integer):
             return x
         result = builder.xor(x, y)
-        result = builder.select(builder.icmp_signed("==", op_value, ir.Constant(op_value.type, 5)),
+        result = builder.select(builder.icmp_signed("==", op_value, ir.Constant(op_value.type, _OR)),
                                 builder.or_(x, y), result)
-        return builder.select(builder.icmp_signed("==", op_value, ir.Constant(op_value.type, 4)),
+        return builder.select(builder.icmp_signed("==", op_value, ir.Constant(op_value.type, _AND)),
                               builder.and_(x, y), result)
     return a(op, a, b), codegen
 
@@ -291,13 +285,13 @@ def copy_strided(dst, dst_stride, src, src_stride, nelems, rank, size):
 
 @jit
 def _combine(op, a, b):
-    if op == 0:
+    if op == _SUM:
         return a + b
-    if op == 1:
+    if op == _PROD:
         return a * b
-    if op == 2:
+    if op == _MIN:
         return a if a < b else b
-    if op == 3:
+    if op == _MAX:
         return a if a > b else b
     return _bitwise(op, a, b)
 

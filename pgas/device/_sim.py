@@ -16,25 +16,18 @@ import threading
 import numpy as np
 
 from .. import _cpu_atomics
-from .._checks import (check_contiguous, check_dtypes_match, check_nonnegative, check_pe, check_sig_op,
-                       check_signal)
+from .._checks import (check_contiguous, check_dtypes_match, check_nonnegative, check_pe, check_root,
+                       check_sig_op, check_signal)
 from .._errors import PgasError, PgasTimeoutError, PgasValueError
 from .._reductions import reduction_ufunc
-from .._waiting import Wait, check_cmp, cmp_name, compare
+from .._waiting import Wait, check_cmp
+from .._waiting import wait_for_value as _wait_for_value
 from ..host import _runtime
 from ..host._memory import as_ndarray
 from ..host._team_table import team_of
-from ._codes import BLOCK, REDUCE_OPS, RMW_NAMES, THREAD, WARP
+from ._codes import BLOCK, PRIMITIVES, REDUCE_OPS, RMW_NAMES, THREAD, WARP
 
-__all__ = [
-    "WARP_SIZE", "jit", "device_function",
-    "my_pe", "n_pes", "team_rank", "team_size", "team_pe", "team_index_of",
-    "local", "peer", "plain", "barrier_words", "copy_strided", "reduce_from_peers",
-    "load_acquire", "store_release", "fence", "atomic_rmw", "atomic_compare_swap",
-    "group_rank_and_size", "group_sync", "wait_for_value", "wait_for_arrivals",
-    "check_not_empty", "check_copy", "check_cmp", "check_signal", "check_sig_op", "check_size",
-    "check_root", "check_dtypes_match", "check_reduction",
-]
+__all__ = list(PRIMITIVES)
 
 WARP_SIZE = 32
 
@@ -182,13 +175,7 @@ def atomic_compare_swap(arr: np.ndarray, cond, value, fn: str, what: str):
 
 def wait_for_value(fn: str, word: np.ndarray, what: str, cmp, value):
     """Poll local ``word[0]`` (acquire) until ``word[0] <cmp> value``; returns the value seen."""
-    check_cmp(fn, cmp)
-    clock = Wait(fn, runtime(fn).timeout)
-    while True:
-        seen = load_acquire(word, fn, what)
-        if compare(seen, cmp, value):
-            return seen
-        clock.pause(lambda: f"{what} {cmp_name(cmp)} {value} (last value seen: {seen})")
+    return _wait_for_value(fn, lambda: load_acquire(word, fn, what), what, cmp, value, runtime(fn).timeout)
 
 
 def wait_for_arrivals(fn: str, team, words: np.ndarray, epoch) -> None:
@@ -295,8 +282,3 @@ def check_size(fn: str, what: str, have: int, need: int, why: str) -> None:
 
 def check_reduction(fn: str, op: int, arr: np.ndarray) -> None:
     reduction_ufunc(fn, REDUCE_OPS[op], arr.dtype)
-
-
-def check_root(fn: str, root, team_size: int) -> None:
-    if isinstance(root, (bool, np.bool_)) or not isinstance(root, (int, np.integer)) or not 0 <= root < team_size:
-        raise PgasValueError(f"{fn}: root must be a team rank within [0, {team_size}), got {root!r}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _cpu_atomics
-from .._checks import check_contiguous, check_dtypes_match
+from .._checks import check_contiguous, check_dtypes_match, check_root
 from .._errors import PgasValueError
 from .._reductions import reduction_ufunc
 from .._trees import double_binary_tree
@@ -122,8 +122,7 @@ def broadcast(team, dest, src, root: int, stream=None) -> None:
     check_dtypes_match(call.fn, d, s)
     if d.size != s.size:
         raise PgasValueError(f"{call.fn}: dest and src must have the same size, got {d.size} and {s.size}")
-    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < call.n:
-        raise PgasValueError(f"{call.fn}: root must be a team rank within [0, {call.n}), got {root!r}")
+    check_root(call.fn, root, call.n)
     if call.me == root:
         call.publish(_READY, 1)
         if not np.shares_memory(d, s):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .. import _cpu_atomics
 from .._checks import check_pe, check_sig_op, check_signal
 from .._constants import SIGNAL_SET
-from .._waiting import Wait, check_cmp, cmp_name, compare
+from .._waiting import wait_for_value
 from ._memory import as_ndarray
 from ._rma import put
 from ._runtime import runtime
@@ -42,10 +42,5 @@ def signal_wait_until(signal, cmp, value, stream=None):
     check_signal(fn, word)
     word = word.reshape(-1)[:1]
     rt.heap.offset_of(word, fn, "signal")
-    check_cmp(fn, cmp)
-    wait = Wait(fn, rt.timeout)
-    while True:
-        seen = _cpu_atomics.load_acquire(word, fn, "signal")
-        if compare(seen, cmp, value):
-            return seen
-        wait.pause(f"signal {cmp_name(cmp)} {value} (last value seen: {seen})")
+    return wait_for_value(fn, lambda: _cpu_atomics.load_acquire(word, fn, "signal"), "signal", cmp, value,
+                          rt.timeout)

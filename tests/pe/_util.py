@@ -6,6 +6,9 @@ import pgas
 
 DTYPES = [np.int8, np.int32, np.int64, np.uint64, np.float32, np.float64, np.complex128]
 SIZES = [1, 7, 1001, 300_000]   # one, odd, and more than 1 MiB for 4- and 8-byte types
+# (comparison, target, a value for which it holds, one for which it does not)
+CMPS = [(pgas.CMP_EQ, 5, 5, 4), (pgas.CMP_NE, 5, 4, 5), (pgas.CMP_GT, 5, 6, 5),
+        (pgas.CMP_GE, 5, 5, 4), (pgas.CMP_LT, 5, 4, 5), (pgas.CMP_LE, 5, 5, 6)]
 
 
 def world():

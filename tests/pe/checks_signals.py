@@ -5,10 +5,7 @@ from numba import cuda
 
 import pgas
 import pgas.device as dev
-from _util import pattern, ring_neighbours
-
-CMPS = [(pgas.CMP_EQ, 5, 5, 4), (pgas.CMP_NE, 5, 4, 5), (pgas.CMP_GT, 5, 6, 5),
-        (pgas.CMP_GE, 5, 5, 4), (pgas.CMP_LT, 5, 4, 5), (pgas.CMP_LE, 5, 5, 6)]
+from _util import CMPS, pattern, ring_neighbours
 
 
 @cuda.jit
