@@ -36,8 +36,9 @@ def check_fits(fn: str, what: str, arr: np.ndarray, needed: int, why: str) -> No
         raise PgasValueError(f"{fn}: {what} has {arr.size} elements but {needed} are needed ({why})")
 
 
-def check_contiguous(fn: str, what: str, arr: np.ndarray) -> None:
-    if not arr.flags.c_contiguous:
+def check_contiguous(fn: str, what: str, arr) -> None:
+    """``arr`` (a numpy or numba device array) must be C-contiguous."""
+    if not arr.flags["C_CONTIGUOUS"]:
         raise PgasValueError(f"{fn}: {what} must be C-contiguous (use a strided call such as iput for strides)")
 
 

@@ -16,7 +16,9 @@ All-reduce (``reduce``) has three algorithms:
 
 ``auto`` picks by size and PE count (measured crossovers: docs/collectives.md).
 ``stream`` is accepted for source compatibility; on the simulator backend these are
-synchronous.
+synchronous. On the cuda backend every collective, after the same argument checks, runs
+the device collective of ``pgas.device`` as a one-block kernel queued on ``stream``
+(``_gpu_ops.collective``), as NVSHMEM's ``*_on_stream`` collectives do.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from .._errors import PgasValueError
 from .._reductions import reduction_ufunc
 from .._trees import double_binary_tree
 from .._waiting import Wait
+from ._heap import array_span, overlap
 from ._memory import as_ndarray
 from ._runtime import runtime
 from ._team_table import team_of
@@ -54,10 +57,21 @@ class _Call:
         slot = self.team.handle
         rt.collective_calls[slot] += 1
         self.base = rt.collective_calls[slot] * _STRIDE
-        if slot not in rt.collective_cache:
-            rt.collective_cache[slot] = self._word_accessors(slot)
-        self.loads, self.stores = rt.collective_cache[slot]
         self.clock = Wait(fn, rt.timeout, spin_s=_SPIN_S)
+
+    @property
+    def loads(self):
+        return self._accessors()[0]
+
+    @property
+    def stores(self):
+        return self._accessors()[1]
+
+    def _accessors(self):
+        slot = self.team.handle
+        if slot not in self.rt.collective_cache:
+            self.rt.collective_cache[slot] = self._word_accessors(slot)
+        return self.rt.collective_cache[slot]
 
     def _word_accessors(self, slot: int):
         """Per member: acquire loads of each progress word; mine: release stores."""
@@ -100,9 +114,18 @@ def _checked_pair(call: _Call, d, s, dest_size, src_size, why: str) -> None:
         raise PgasValueError(f"{call.fn}: {why}; got dest of {d.size} and src of {s.size} elements")
 
 
-def _no_overlap(call: _Call, d: np.ndarray, s: np.ndarray) -> None:
-    if np.shares_memory(d, s):
+def _no_overlap(call: _Call, d, s) -> None:
+    if overlap(d, s, call.fn):
         raise PgasValueError(f"{call.fn}: dest and src must not overlap")
+
+
+def _on_gpu(call: _Call, name: str, d, s, *extra, stream) -> bool:
+    """On the cuda backend, run the collective as a kernel (queued on ``stream``); True if so."""
+    if not call.rt.on_gpu:
+        return False
+    from . import _gpu_ops
+    _gpu_ops.collective(name, call.team.handle, d, s, *extra, stream=stream, fn=call.fn)
+    return True
 
 
 def _pull_all(call: _Call, body) -> None:
@@ -123,6 +146,8 @@ def broadcast(team, dest, src, root: int, stream=None) -> None:
     if d.size != s.size:
         raise PgasValueError(f"{call.fn}: dest and src must have the same size, got {d.size} and {s.size}")
     check_root(call.fn, root, call.n)
+    if _on_gpu(call, "broadcast", d, s, root, stream=stream):
+        return
     if call.me == root:
         call.publish(_READY, 1)
         if not np.shares_memory(d, s):
@@ -143,6 +168,8 @@ def fcollect(team, dest, src, stream=None) -> None:
     _checked_pair(call, d, s, call.n * s.size, s.size,
                          "dest must hold team size x src.size elements")
     _no_overlap(call, d, s)
+    if _on_gpu(call, "fcollect", d, s, stream=stream):
+        return
     m = s.size
 
     def gather():
@@ -160,6 +187,8 @@ def alltoall(team, dest, src, stream=None) -> None:
     d = call.symmetric(dest, "dest")
     _checked_pair(call, d, s, s.size, s.size, "dest and src must have the same size")
     _no_overlap(call, d, s)
+    if _on_gpu(call, "alltoall", d, s, stream=stream):
+        return
     m, me = s.size // call.n, call.me
 
     def exchange():
@@ -176,6 +205,8 @@ def reducescatter(team, dest, src, op: str = "sum", stream=None) -> None:
                          "src must hold team size x dest.size elements")
     _no_overlap(call, d, s)
     ufunc = reduction_ufunc(call.fn, op, d.dtype)
+    if _on_gpu(call, f"{op}_reducescatter", d, s, stream=stream):
+        return
     m, me = d.size, call.me
 
     def reduce_my_block():
@@ -203,12 +234,18 @@ def reduce(team, dest, src, op: str = "sum", algorithm: str = "auto", stream=Non
     call = _Call("pgas.reduce", team)
     d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
     _checked_pair(call, d, s, s.size, s.size, "dest and src must have the same size")
-    in_place = np.shares_memory(d, s)
-    if in_place and d.__array_interface__["data"][0] != s.__array_interface__["data"][0]:
+    in_place = overlap(d, s, call.fn)
+    if in_place and array_span(d, call.fn, "dest")[0] != array_span(s, call.fn, "src")[0]:
         raise PgasValueError(f"{call.fn}: dest and src must be the same array or not overlap")
     ufunc = reduction_ufunc(call.fn, op, d.dtype)
     if algorithm not in ALGORITHMS:
         raise PgasValueError(f"{call.fn}: algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    if call.rt.on_gpu and algorithm != "auto":
+        raise PgasValueError(
+            f"{call.fn}: algorithm={algorithm!r} is one of the simulator's host algorithms; on the cuda "
+            "backend a host reduction runs the device all-reduce as a kernel: use algorithm='auto'")
+    if _on_gpu(call, f"{op}_reduce", d, s, stream=stream):
+        return
     if algorithm == "auto":
         algorithm = choose_algorithm(d.nbytes, call.n)
     if call.n == 1:

@@ -15,7 +15,7 @@ import numpy as np
 from .._errors import PgasError, PgasValueError
 from ._bootstrap import Bootstrap
 
-__all__ = ["SymmetricHeap", "SHM_DIR", "shm_prefix"]
+__all__ = ["SymmetricHeap", "SHM_DIR", "shm_prefix", "array_span", "check_span", "overlap"]
 
 SHM_DIR = "/dev/shm"
 
@@ -25,23 +25,67 @@ def shm_prefix(launcher_job: str) -> str:
     return f"pgas-{launcher_job}-"
 
 
-def _byte_bounds(arr: np.ndarray) -> tuple[int, int]:
-    """First and one-past-last byte address that ``arr`` touches."""
-    low = high = arr.__array_interface__["data"][0]
-    if arr.size == 0:
+def _byte_bounds(address: int, shape: tuple, strides: tuple, itemsize: int) -> tuple[int, int]:
+    """First and one-past-last byte address that an array at ``address`` touches."""
+    low = high = address
+    if 0 in shape:
         return low, low
-    for extent, stride in zip(arr.shape, arr.strides):
+    for extent, stride in zip(shape, strides):
         if stride < 0:
             low += (extent - 1) * stride
         else:
             high += (extent - 1) * stride
-    return low, high + arr.itemsize
+    return low, high + itemsize
+
+
+def array_span(arr, fn: str, what: str) -> tuple[int, tuple, tuple, int]:
+    """(address, shape, strides, itemsize) of a numpy array or of any array with
+    ``__cuda_array_interface__``."""
+    if isinstance(arr, np.ndarray):
+        return arr.__array_interface__["data"][0], arr.shape, arr.strides, arr.itemsize
+    desc = getattr(arr, "__cuda_array_interface__", None)
+    if desc is None:
+        raise PgasValueError(f"{fn}: {what} must be an array (a symmetric array from pgas.empty/zeros/full "
+                             f"or a slice of one), got {type(arr).__name__}")
+    itemsize = np.dtype(desc["typestr"]).itemsize
+    shape = tuple(desc["shape"])
+    strides = desc.get("strides") or _c_strides(shape, itemsize)
+    return desc["data"][0], shape, tuple(strides), itemsize
+
+
+def _c_strides(shape: tuple, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
+def overlap(a, b, fn: str) -> bool:
+    """True when arrays ``a`` and ``b`` (numpy or device) share bytes (by their extents)."""
+    a_low, a_high = _byte_bounds(*array_span(a, fn, "dest"))
+    b_low, b_high = _byte_bounds(*array_span(b, fn, "src"))
+    return a_low < b_high and b_low < a_high
+
+
+def check_span(span: tuple, base: int, size: int, fn: str, what: str) -> int:
+    """Heap offset of the array ``span`` = (address, shape, strides, itemsize) describes;
+    PgasValueError naming ``fn`` and ``what`` unless all its bytes are in [base, base+size)."""
+    low, high = _byte_bounds(*span)
+    if not (base <= low and high <= base + size):
+        raise PgasValueError(
+            f"{fn}: {what} is not symmetric memory: its bytes [{low:#x}, {high:#x}) are not inside "
+            f"this PE's symmetric heap [{base:#x}, {base + size:#x}); "
+            "allocate it with pgas.empty/zeros/full")
+    return span[0] - base
 
 
 class SymmetricHeap:
     """This PE's heap and mapped views of the heaps of the PEs on its node."""
 
-    def __init__(self, boot: Bootstrap, size: int):
+    device_arrays = False   # its arrays are numpy arrays (wrapped for kernels by _memory)
+
+    def __init__(self, boot: Bootstrap, size: int, timeout: float):
         self.size = size
         self.my_pe = boot.my_pe
         self._maps: dict[int, mmap.mmap] = {}
@@ -106,13 +150,7 @@ class SymmetricHeap:
 
     def offset_of(self, arr: np.ndarray, fn: str, what: str) -> int:
         """Heap offset of ``arr``'s data; PgasValueError naming ``fn`` and ``what`` if it is not all in the heap."""
-        low, high = _byte_bounds(arr)
-        if not (self.base <= low and high <= self.base + self.size):
-            raise PgasValueError(
-                f"{fn}: {what} is not symmetric memory: its bytes [{low:#x}, {high:#x}) are not inside "
-                f"this PE's symmetric heap [{self.base:#x}, {self.base + self.size:#x}); "
-                "allocate it with pgas.empty/zeros/full")
-        return arr.__array_interface__["data"][0] - self.base
+        return check_span(array_span(arr, fn, what), self.base, self.size, fn, what)
 
     def view_on(self, pe: int, arr: np.ndarray, fn: str, what: str) -> np.ndarray:
         """The same elements as ``arr`` (a view of this PE's heap) in PE ``pe``'s heap."""
@@ -127,6 +165,16 @@ class SymmetricHeap:
     def array_at(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """A C-ordered array of this PE's heap starting at ``offset``."""
         return np.ndarray(shape, dtype, buffer=self.views[self.my_pe], offset=offset)
+
+    def zero(self, offset: int, nbytes: int) -> None:
+        self.views[self.my_pe][offset:offset + nbytes] = 0
+
+    def reachable(self, pe: int) -> bool:
+        """True when PE ``pe``'s heap is mapped here (load/store reachable)."""
+        return self.views[pe] is not None
+
+    def publish_team(self, slot: int, team) -> None:
+        """Nothing to do: simulated device functions read the runtime's team table."""
 
 
 def _unlink_quietly(path: str) -> None:

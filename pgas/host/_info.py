@@ -15,7 +15,7 @@ __all__ = ["info"]  # main is the pgas-info entry point, not API
 def _transport(rt, pe: int) -> str:
     if pe == rt.my_pe:
         return "self"
-    return "p2p" if rt.heap.views[pe] is not None else "unreachable (no remote transport yet)"
+    return "p2p" if rt.heap.reachable(pe) else "unreachable (no remote transport yet)"
 
 
 def info() -> dict:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._backend import backend_name
 from .._checks import check_pe
 from .._errors import PgasError, PgasValueError
 from ._runtime import Runtime, runtime, wait_all
@@ -10,8 +11,14 @@ from ._runtime import Runtime, runtime, wait_all
 __all__ = ["empty", "zeros", "full", "free", "peer_array"]
 
 
-def as_ndarray(arr, fn: str, what: str) -> np.ndarray:
-    """The numpy array behind ``arr`` (a numpy array or a simulator device array)."""
+def as_ndarray(arr, fn: str, what: str):
+    """The array behind ``arr``: a numpy array (on the simulator also behind its device
+    arrays), or on the cuda backend a numba device array (wrapping, zero-copy, any object
+    with ``__cuda_array_interface__`` such as a CuPy array or a PyTorch tensor)."""
+    if backend_name() == "cuda" and hasattr(arr, "__cuda_array_interface__"):
+        from numba import cuda
+        from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase
+        return arr if isinstance(arr, DeviceNDArrayBase) else cuda.as_cuda_array(arr)
     while not isinstance(arr, np.ndarray):
         inner = arr.__dict__.get("_item", arr.__dict__.get("_ary")) if hasattr(arr, "__dict__") else None
         if inner is None:
@@ -22,9 +29,13 @@ def as_ndarray(arr, fn: str, what: str) -> np.ndarray:
     return arr
 
 
-def _device_array(host_view: np.ndarray):
+def _device_array(view):
+    """What users get for a heap view: the numba device array itself on cuda; on the
+    simulator a zero-copy device array around the numpy view."""
+    if not isinstance(view, np.ndarray):
+        return view
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-    return FakeCUDAArray(host_view)
+    return FakeCUDAArray(view)
 
 
 def _shape_tuple(shape, fn: str) -> tuple[int, ...]:
@@ -65,15 +76,25 @@ def _allocate(fn: str, shape, dtype, fill=None):
             raise
     view = rt.heap.array_at(offset, dims, dtype)
     if fill is not None:
-        view[...] = fill
+        _fill(rt, view, offset, nbytes, fill)
     wait_all(rt.boot.comm, fn)  # no PE writes into a peer's copy before the peer has it
     return _device_array(view)
+
+
+def _fill(rt: Runtime, view, offset: int, nbytes: int, value) -> None:
+    if not rt.on_gpu:
+        view[...] = value
+    elif np.isscalar(value) and value == 0:
+        rt.heap.zero(offset, nbytes)
+    else:
+        view.copy_to_device(np.ascontiguousarray(np.broadcast_to(np.asarray(value, view.dtype), view.shape)))
 
 
 def empty(shape, dtype=np.float64):
     """A symmetric array with undefined contents (collective: same arguments on every PE).
 
-    Returns a zero-copy device array on the simulator backend.
+    Returns a numba device array in GPU memory on the cuda backend (with
+    ``__cuda_array_interface__``), a zero-copy device array on the simulator backend.
     """
     return _allocate("pgas.empty", shape, dtype)
 

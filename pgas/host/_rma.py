@@ -1,7 +1,9 @@
 """Host-initiated RMA: ``put``, ``get``, ``quiet``.
 
 On the simulator backend these are synchronous copies between mapped heaps (memory
-speed); ``stream`` is accepted for source compatibility with the cuda backend.
+speed), and ``stream`` is accepted for source compatibility. On the cuda backend they
+are copy-engine copies between the IPC-mapped heaps, queued on ``stream`` (see
+``_gpu_ops``); with no stream they are complete on return.
 """
 from __future__ import annotations
 
@@ -9,16 +11,34 @@ import numpy as np
 
 from .._checks import check_contiguous, check_dtypes_match, check_fits, check_pe
 from ._memory import as_ndarray
-from ._runtime import runtime
+from ._runtime import Runtime, runtime
 
 __all__ = ["put", "get", "quiet"]
+
+
+def _copy(rt: Runtime, dst, src, nelems: int, stream, fn: str) -> None:
+    """Copy the first ``nelems`` elements of contiguous ``src`` into contiguous ``dst``."""
+    if rt.on_gpu:
+        from . import _gpu_ops
+        _gpu_ops.copy(dst, src, nelems, stream, fn)
+    else:
+        np.copyto(dst.reshape(-1)[:nelems], src.reshape(-1)[:nelems])
+
+
+def _contiguous_source(fn: str, src):
+    """A host ``src`` may have any layout (copied to a contiguous one); a device one may not."""
+    if isinstance(src, np.ndarray):
+        return np.ascontiguousarray(src)
+    check_contiguous(fn, "src", src)
+    return src
 
 
 def put(dest, src, pe: int, stream=None) -> None:
     """Copy ``src.size`` elements of ``src`` into PE ``pe``'s copy of symmetric ``dest``.
 
     ``src`` is a local array (numpy or symmetric); ``dest`` must hold at least as many
-    elements, with the same dtype. Complete on return on the simulator backend.
+    elements, with the same dtype. Ordered on ``stream`` on the cuda backend; complete
+    on return when no stream is given (and always on the simulator backend).
     """
     fn = "pgas.put"
     rt = runtime(fn)
@@ -27,8 +47,7 @@ def put(dest, src, pe: int, stream=None) -> None:
     check_dtypes_match(fn, d, s)
     check_contiguous(fn, "dest", d)
     check_fits(fn, "dest", d, s.size, "put copies src.size elements")
-    remote = rt.heap.view_on(pe, d, fn, "dest").reshape(-1)
-    np.copyto(remote[:s.size], s.reshape(-1))
+    _copy(rt, rt.heap.view_on(pe, d, fn, "dest"), _contiguous_source(fn, s), s.size, stream, fn)
 
 
 def get(dest, src, pe: int, stream=None) -> None:
@@ -41,14 +60,18 @@ def get(dest, src, pe: int, stream=None) -> None:
     check_contiguous(fn, "dest", d)
     check_contiguous(fn, "src", s)
     check_fits(fn, "src", s, d.size, "get copies dest.size elements")
-    remote = rt.heap.view_on(pe, s, fn, "src").reshape(-1)
-    np.copyto(d.reshape(-1), remote[:d.size])
+    _copy(rt, d, rt.heap.view_on(pe, s, fn, "src"), d.size, stream, fn)
 
 
 def quiet(stream=None) -> None:
     """Complete every RMA this PE issued from the host.
 
-    Host copies on the simulator backend are complete when they return, so this only
-    checks that pgas is initialized.
+    On the cuda backend: everything queued on ``stream`` (with a fence at system scope),
+    or all of this PE's GPU work when no stream is given. Host copies on the simulator
+    backend are complete when they return, so there it only checks that pgas is
+    initialized.
     """
-    runtime("pgas.quiet")
+    rt = runtime("pgas.quiet")
+    if rt.on_gpu:
+        from . import _gpu_ops
+        _gpu_ops.quiet(stream, "pgas.quiet")

@@ -46,21 +46,34 @@ class Runtime:
 
     def __post_init__(self):
         n = self.boot.n_pes
-        offset = self.allocator.allocate(MAX_TEAMS * (n + 1) * 8)
-        self.sync_words = self.heap.array_at(offset, (MAX_TEAMS, n + 1), np.int64)
-        self.sync_words[:] = 0
-        offset = self.allocator.allocate(MAX_TEAMS * COLLECTIVE_WORDS * 8)
-        self.collective_words = self.heap.array_at(offset, (MAX_TEAMS, COLLECTIVE_WORDS), np.int64)
-        self.collective_words[:] = 0
-        self.teams = predefined_teams(self.boot)
+        self._sync_offset = self.allocator.allocate(MAX_TEAMS * (n + 1) * 8)
+        self.sync_words = self.heap.array_at(self._sync_offset, (MAX_TEAMS, n + 1), np.int64)
+        self._collective_offset = self.allocator.allocate(MAX_TEAMS * COLLECTIVE_WORDS * 8)
+        self.collective_words = self.heap.array_at(self._collective_offset, (MAX_TEAMS, COLLECTIVE_WORDS), np.int64)
+        self.heap.zero(0, self.allocator.bytes_used)
+        self.teams = [None] * MAX_TEAMS
+        for slot, team in enumerate(predefined_teams(self.boot)):
+            if team is not None:
+                self.set_team(slot, team)
         self.collective_calls = [0] * MAX_TEAMS
+
+    def set_team(self, slot: int, team) -> None:
+        """Put ``team`` (or None: free the slot) in ``slot``, here and in the device state."""
+        self.teams[slot] = team
+        self.heap.publish_team(slot, team)
 
     def reset_team_slot(self, slot: int) -> None:
         """Fresh synchronization state for a team just created in ``slot``."""
-        self.sync_words[slot, :] = 0
-        self.collective_words[slot, :] = 0
+        n = self.boot.n_pes
+        self.heap.zero(self._sync_offset + slot * (n + 1) * 8, (n + 1) * 8)
+        self.heap.zero(self._collective_offset + slot * COLLECTIVE_WORDS * 8, COLLECTIVE_WORDS * 8)
         self.collective_calls[slot] = 0
         self.collective_cache.pop(slot, None)
+
+    @property
+    def on_gpu(self) -> bool:
+        """True on the cuda backend (arrays are numba device arrays in GPU memory)."""
+        return self.heap.device_arrays
 
     @property
     def my_pe(self) -> int:
@@ -117,17 +130,18 @@ def _exit_ending_job(code=None):
     _plain_exit(code)
 
 
-def _refuse_cuda() -> None:
-    """The cuda backend compiles kernels (offline too) but cannot run them in this version."""
+def _heap_class():
+    """The symmetric heap of the backend in use; on cuda, a clear error where no GPU is usable."""
+    if backend_name() == "simulator":
+        return SymmetricHeap
     from .._backend import gpu_usable
     if not gpu_usable():
         raise PgasError(
             "pgas.init: PGAS_BACKEND=cuda, but no GPU is usable here (no CUDA driver or no device). "
             "Kernels that call pgas.device still compile for sm_90 offline "
             "(numba.cuda.compile_ptx); to run programs here use PGAS_BACKEND=simulator")
-    raise PgasError(
-        "pgas.init: the cuda backend's symmetric heap (GPU memory shared by CUDA IPC) is not in "
-        "this version of pgas yet; use PGAS_BACKEND=simulator")
+    from ._gpu_heap import GpuSymmetricHeap
+    return GpuSymmetricHeap
 
 
 def init(comm=None) -> None:
@@ -142,12 +156,11 @@ def init(comm=None) -> None:
     global _runtime
     if _runtime is not None:
         raise PgasError("pgas.init() was called twice: call pgas.finalize() before initializing again")
-    if backend_name() == "cuda":
-        _refuse_cuda()
+    heap_class = _heap_class()
     size = setting("PGAS_SYMMETRIC_SIZE")
     debug, timeout = setting("PGAS_DEBUG"), setting("PGAS_TIMEOUT")
     boot = bootstrap(comm)
-    heap = SymmetricHeap(boot, size)
+    heap = heap_class(boot, size, timeout)
     try:
         _runtime = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
     except Exception:

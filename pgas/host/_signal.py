@@ -1,14 +1,15 @@
 """Host signals: ``put_signal`` and ``signal_wait_until`` (same meaning as on the device).
 
 On the simulator backend the signal update and the wait use real CPU atomics on the
-mapped heaps, so they interoperate with device signals of any PE.
+mapped heaps; on the cuda backend they are small kernels over ``pgas.device`` queued on
+``stream`` (``_gpu_ops``). Either way they interoperate with device signals of any PE.
 """
 from __future__ import annotations
 
 from .. import _cpu_atomics
 from .._checks import check_pe, check_sig_op, check_signal
 from .._constants import SIGNAL_SET
-from .._waiting import wait_for_value
+from .._waiting import check_cmp, wait_for_value
 from ._memory import as_ndarray
 from ._rma import put
 from ._runtime import runtime
@@ -27,6 +28,10 @@ def put_signal(dest, src, signal, value, sig_op, pe: int, stream=None) -> None:
     check_sig_op(fn, sig_op)
     remote = rt.heap.view_on(pe, word.reshape(-1)[:1], fn, "signal")
     put(dest, src, pe, stream)
+    if rt.on_gpu:
+        from . import _gpu_ops
+        _gpu_ops.signal_op(word.reshape(-1)[:1], value, sig_op, pe, stream, fn)
+        return
     _cpu_atomics.fence()
     _cpu_atomics.rmw(remote, "xchg" if sig_op == SIGNAL_SET else "add", value, fn, "signal")
 
@@ -34,13 +39,19 @@ def put_signal(dest, src, signal, value, sig_op, pe: int, stream=None) -> None:
 def signal_wait_until(signal, cmp, value, stream=None):
     """Wait until the local ``signal[0] <cmp> value``; returns the value seen.
 
-    Fails with PgasTimeoutError after PGAS_TIMEOUT seconds.
+    Fails with PgasTimeoutError after PGAS_TIMEOUT seconds. On the cuda backend with a
+    ``stream``, the wait is queued on the stream (later work on it starts after the
+    condition holds) and the call returns None at once.
     """
     fn = "pgas.signal_wait_until"
     rt = runtime(fn)
     word = as_ndarray(signal, fn, "signal")
     check_signal(fn, word)
+    check_cmp(fn, cmp)
     word = word.reshape(-1)[:1]
     rt.heap.offset_of(word, fn, "signal")
+    if rt.on_gpu:
+        from . import _gpu_ops
+        return _gpu_ops.signal_wait_until(word, cmp, value, stream, fn)
     return wait_for_value(fn, lambda: _cpu_atomics.load_acquire(word, fn, "signal"), "signal", cmp, value,
                           rt.timeout)

@@ -13,8 +13,8 @@ import numpy as np
 
 from .._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
 from .._errors import PgasError, PgasValueError
-from ._rma import quiet
 from ._runtime import Runtime, runtime, wait_all
+from ._sync import team_barrier
 from ._team_table import Team, team_of
 
 __all__ = ["team_split_strided", "team_split_2d", "team_my_pe", "team_n_pes",
@@ -46,7 +46,7 @@ def _install(rt: Runtime, slot: int, members: tuple[int, ...] | None, parent: Te
         return None
     team = Team(slot, members, members.index(rt.my_pe), comm)
     rt.reset_team_slot(slot)  # fresh barrier epochs; peers wait for this below
-    rt.teams[slot] = team
+    rt.set_team(slot, team)
     return team
 
 
@@ -142,20 +142,15 @@ def team_destroy(team) -> None:
     if found.handle in (TEAM_WORLD, TEAM_NODE):
         raise PgasValueError(f"{fn}: TEAM_WORLD and TEAM_NODE cannot be destroyed")
     wait_all(found.comm, fn, found.pes)  # no member still uses it
-    rt.teams[found.handle] = None
+    rt.set_team(found.handle, None)
     found.comm.Free()
 
 
 def barrier(team, stream=None) -> None:
     """Complete this PE's RMA (``quiet``), then wait until every member of ``team`` calls this."""
-    fn = "pgas.barrier"
-    found = team_of(runtime(fn), team, fn)
-    quiet(stream)
-    wait_all(found.comm, fn, found.pes)
+    team_barrier("pgas.barrier", team, True, stream)
 
 
 def sync(team, stream=None) -> None:
     """Wait until every member of ``team`` calls this (no completion of RMA implied)."""
-    fn = "pgas.sync"
-    found = team_of(runtime(fn), team, fn)
-    wait_all(found.comm, fn, found.pes)
+    team_barrier("pgas.sync", team, False, stream)

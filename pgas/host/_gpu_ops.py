@@ -1,0 +1,136 @@
+"""Host operations of the cuda backend, ordered on a stream.
+
+Data moves between the node's PEs with the copy engines (``cuMemcpyAsync`` between IPC
+mapped heaps). Everything that must act on the device side (signal updates, waits,
+team barriers, collectives) is a small kernel over ``pgas.device`` launched on the
+stream, as NVSHMEM's ``*_on_stream`` calls are, so host and device operations of all
+PEs share one set of signal words and barrier epochs.
+
+``stream=None`` means the legacy default stream, and the call returns when the work is
+done; with a stream the work is queued on it and the call returns at once. The host
+argument checks are made before any of this (``_rma``, ``_signal``, ``_collectives``).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .. import device as dev
+from .._errors import PgasError
+from .._env import setting
+from ._gpu_driver import checked, numba_stream, stream_handle
+
+__all__ = ["copy", "signal_op", "signal_wait_until", "quiet", "team_barrier", "collective"]
+
+COLLECTIVE_THREADS = 512   # one block runs a host-called collective
+
+
+def _address(arr) -> int:
+    if isinstance(arr, np.ndarray):
+        return arr.__array_interface__["data"][0]
+    return arr.__cuda_array_interface__["data"][0]
+
+
+def _finish(handle: int, stream, fn: str) -> None:
+    """With no stream given, wait for the work; a kernel that stopped is named as such."""
+    if stream is not None:
+        return
+    from cuda.bindings import driver
+
+    try:
+        checked(driver.cuStreamSynchronize(handle), "cuStreamSynchronize")
+    except PgasError as exc:
+        raise PgasError(f"{fn}: the GPU work failed ({exc}); a device wait that passes "
+                        f"PGAS_TIMEOUT={setting('PGAS_TIMEOUT'):g} s stops its kernel with a trap") from None
+
+
+def copy(dst, src, nelems: int, stream, fn: str) -> None:
+    """Copy ``nelems`` elements from contiguous ``src`` (host or device) to device ``dst``
+    (or device to host: any pair the unified address space allows)."""
+    from cuda.bindings import driver
+
+    handle = stream_handle(stream, fn)
+    nbytes = nelems * np.dtype(dst.dtype).itemsize
+    if nbytes:
+        checked(driver.cuMemcpyAsync(_address(dst), _address(src), nbytes, handle), f"{fn}: cuMemcpyAsync")
+    _finish(handle, stream, fn)
+
+
+def _launch(kernel, threads: int, stream, fn: str, *args) -> None:
+    handle = stream_handle(stream, fn)
+    kernel[1, threads, numba_stream(handle)](*args)
+    _finish(handle, stream, fn)
+
+
+@cuda.jit
+def _signal_kernel(signal, value, sig_op, pe):
+    dev.fence()          # data queued before on this stream is visible before the signal
+    dev.signal_op(signal, value, sig_op, pe)
+
+
+@cuda.jit
+def _wait_kernel(signal, cmp, value, seen):
+    seen[0] = dev.signal_wait_until(signal, cmp, value)
+
+
+@cuda.jit
+def _quiet_kernel():
+    dev.quiet()
+
+
+@cuda.jit
+def _barrier_kernel(team):
+    dev.barrier(team)
+
+
+@cuda.jit
+def _sync_kernel(team):
+    dev.sync(team)
+
+
+def signal_op(signal, value: int, sig_op: int, pe: int, stream, fn: str) -> None:
+    """Update PE ``pe``'s ``signal[0]`` after everything queued before it on ``stream``."""
+    _launch(_signal_kernel, 1, stream, fn, signal, value, sig_op, pe)
+
+
+def signal_wait_until(signal, cmp: int, value: int, stream, fn: str):
+    """Wait until ``signal[0] <cmp> value``: the value seen, or None when queued on a stream."""
+    seen = cuda.device_array(1, dtype=signal.dtype)
+    _launch(_wait_kernel, 1, stream, fn, signal, cmp, value, seen)
+    return None if stream is not None else seen.copy_to_host()[0]
+
+
+def quiet(stream, fn: str) -> None:
+    """Complete this PE's host-initiated RMA: on ``stream``, or everything when None."""
+    if stream is None:
+        cuda.synchronize()
+    else:
+        _launch(_quiet_kernel, 1, stream, fn)
+
+
+def team_barrier(team: int, complete_rma: bool, stream, fn: str) -> None:
+    """A barrier (``complete_rma``) or sync of ``team`` queued on ``stream``."""
+    _launch(_barrier_kernel if complete_rma else _sync_kernel, 1, stream, fn, team)
+
+
+_COLLECTIVE_KERNELS: dict = {}
+
+
+def _collective_kernel(name: str):
+    """The kernel that runs device collective ``<name>_block`` (compiled on first use)."""
+    if name not in _COLLECTIVE_KERNELS:
+        block_form = getattr(dev, f"{name}_block")
+        if name == "broadcast":
+            def run(team, dest, src, root):
+                block_form(team, dest, src, root)
+        else:
+            def run(team, dest, src):
+                block_form(team, dest, src)
+        _COLLECTIVE_KERNELS[name] = cuda.jit(run)
+    return _COLLECTIVE_KERNELS[name]
+
+
+def collective(name: str, team: int, dest, src, *extra, stream, fn: str) -> None:
+    """Run device collective ``name`` (``broadcast``, ``fcollect``, ``alltoall``,
+    ``<op>_reduce``, ``<op>_reducescatter``) over ``team`` as a one-block kernel."""
+    _launch(_collective_kernel(name), COLLECTIVE_THREADS, stream, fn, team, dest, src, *extra)
