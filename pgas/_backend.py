@@ -35,14 +35,13 @@ def gpu_usable() -> bool:
 
 def _select() -> str:
     requested = setting("PGAS_BACKEND")
-    if requested == "simulator":
-        return "simulator"
-    if requested == "cuda":
+    if requested in ("simulator", "cuda"):
+        return requested
+    if gpu_usable():
         return "cuda"
     # Said once per job: pgasrun says it itself; under mpiexec only rank 0 does.
     if os.environ.get("PGAS_BACKEND_NOTICE_GIVEN") != "1" and os.environ.get("PMI_RANK", "0") == "0":
-        reason = "no usable GPU" if not gpu_usable() else "the cuda backend is not in this version"
-        print(f"pgas: using the simulator backend ({reason})", file=sys.stderr)
+        print("pgas: using the simulator backend (no usable GPU)", file=sys.stderr)
     return "simulator"
 
 

@@ -20,9 +20,38 @@ TEST_ENV = {"PGAS_TIMEOUT": "30", "PGAS_SYMMETRIC_SIZE": "256m"}
 
 def pe_env(**extra) -> dict:
     """The environment for programs the tests start: short timeouts, a smaller heap."""
-    env = {**os.environ, **TEST_ENV, **extra}
+    env = {**os.environ, **TEST_ENV}
     env.pop("PYTHONUNBUFFERED", None)  # whole lines per write, so tagged lines stay whole
-    return env
+    if extra.get("PGAS_BACKEND", env.get("PGAS_BACKEND")) == "cuda":
+        env.pop("NUMBA_ENABLE_CUDASIM", None)  # set here if this process imported pgas first
+    return {**env, **extra}
+
+
+_gpu_probe: list = []
+
+
+def gpu_usable_here() -> bool:
+    """True when a GPU is usable. Asked once, in a child process, so that this one does
+    not choose a backend."""
+    if not _gpu_probe:
+        probe = "import sys; from pgas._backend import gpu_usable; sys.exit(0 if gpu_usable() else 1)"
+        env = {**pe_env(), "PGAS_BACKEND": "simulator"}
+        _gpu_probe.append(subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT).returncode == 0)
+    return _gpu_probe[0]
+
+
+def gpu_run() -> bool:
+    """True for the GPU run (docs/gpu.md): the cuda backend (asked for, or picked by auto)
+    and a usable GPU."""
+    return os.environ.get("PGAS_BACKEND", "auto") in ("cuda", "auto") and gpu_usable_here()
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_tests = [item for item in items if "gpu" in item.keywords]
+    if gpu_tests and not gpu_run():
+        skip = pytest.mark.skip(reason="needs a usable NVIDIA GPU and PGAS_BACKEND=cuda (see docs/gpu.md)")
+        for item in gpu_tests:
+            item.add_marker(skip)
 
 
 def pgasrun(n: int, *command: str, options=(), env=None, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -62,6 +91,9 @@ def assert_check_passed(module: str, n: int, name: str, options=(), env=None) ->
     if len(per_pe) != n:
         pytest.fail(f"the {module} suite did not finish on {n} PEs (exit {proc.returncode}):\n"
                     f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    skipped = {r.get(name) for r in per_pe.values() if str(r.get(name)).startswith("skipped:")}
+    if skipped:
+        pytest.skip(skipped.pop()[len("skipped: "):])
     failures = {pe: r[name] for pe, r in sorted(per_pe.items()) if r.get(name) != "ok"}
     if failures:
         pytest.fail("\n".join(f"PE {pe}:\n{text}" for pe, text in failures.items()))

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, pe_lines, pgasrun, pe_env
+from conftest import ROOT, gpu_usable_here, pe_lines, pgasrun, pe_env
 
 
 def run_script(tmp_path, n, text, options=(), env=None):
@@ -149,8 +149,11 @@ def run_python(code, **env):
 
 def test_backend_choice_and_bad_values():
     auto = run_python("import pgas; pgas.init(); print(pgas.backend())", PGAS_BACKEND="auto")
-    assert auto.stdout.strip() == "simulator"
-    assert "pgas: using the simulator backend" in auto.stderr
+    if gpu_usable_here():
+        assert auto.stdout.strip() == "cuda", auto.stderr
+    else:
+        assert auto.stdout.strip() == "simulator"
+        assert "pgas: using the simulator backend (no usable GPU)" in auto.stderr
     bad = run_python("import pgas", PGAS_BACKEND="gpu")
     assert "PGAS_BACKEND='gpu' is not valid: expected one of auto, cuda, simulator" in bad.stderr
     size = run_python("import pgas; pgas.init()", PGAS_SYMMETRIC_SIZE="lots")

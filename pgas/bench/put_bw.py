@@ -1,10 +1,14 @@
 """Host put bandwidth to a peer, beside a local copy of the same sizes in the same run.
 
     pgasrun -np 2 python -m pgas.bench put_bw
+    PGAS_BACKEND=cuda pgasrun -np 2 python -m pgas.bench put_bw     # on a GPU machine
 
-PE 0 puts into PE 1's copy of a symmetric array; the reference is numpy copying the
-same number of bytes between two local buffers. Both are timed in one run, alternating,
-and reported as the best of several repetitions (these machines are noisy).
+PE 0 puts into PE 1's copy of a symmetric array. The reference copies the same number of
+bytes between two local buffers: numpy on the simulator backend; on the cuda backend a
+device-to-device copy on PE 0's GPU, from the same device source the put reads. Every
+put and every copy is complete before the next starts (no stream: the call waits), so
+the small sizes show the latency of one call. Both are timed in one run and reported as
+the best of several repetitions (these machines are noisy).
 """
 from __future__ import annotations
 
@@ -35,21 +39,32 @@ def _human(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
+def _local_buffers(nbytes: int):
+    """Source, local destination, and the reference copy between them, for this backend."""
+    if pgas.backend() == "cuda":
+        from numba import cuda
+
+        def device_copy(dst, src):
+            dst.copy_to_device(src)      # cuMemcpyDtoD, asynchronous to the host: wait for it
+            cuda.synchronize()
+        return cuda.to_device(np.ones(nbytes, np.uint8)), cuda.device_array(nbytes, np.uint8), device_copy
+    return np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8), np.copyto
+
+
 def main(argv=None) -> None:
     pgas.init()
     me, n = pgas.my_pe(), pgas.n_pes()
     if n < 2:
         raise SystemExit("put_bw needs 2 PEs: pgasrun -np 2 python -m pgas.bench put_bw")
     dest = pgas.zeros(max(SIZES), np.uint8)
-    src = np.ones(max(SIZES), np.uint8)
-    local_dest = np.zeros(max(SIZES), np.uint8)
+    src, local_dest, local_copy = _local_buffers(max(SIZES))
     if me == 0:
         print(f"{'size':>10} {'put GB/s':>10} {'copy GB/s':>10} {'put/copy':>9} {'put us':>9}")
     for size in SIZES:
         iterations = max(3, min(2000, (256 << 20) // size))
         if me == 0:
             put = _best_seconds(lambda: pgas.put(dest[:size], src[:size], 1), iterations)
-            copy = _best_seconds(lambda: np.copyto(local_dest[:size], src[:size]), iterations)
+            copy = _best_seconds(lambda: local_copy(local_dest[:size], src[:size]), iterations)
             print(f"{_human(size):>10} {size / put / 1e9:10.2f} {size / copy / 1e9:10.2f} "
                   f"{copy / put:9.2f} {put * 1e6:9.2f}", flush=True)
         pgas.barrier_all()

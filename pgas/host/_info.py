@@ -21,7 +21,7 @@ def _transport(rt, pe: int) -> str:
 def info() -> dict:
     """Version, backend, heap size and use, and the transport to each PE."""
     rt = runtime("pgas.info")
-    return {
+    facts = {
         "version": __version__,
         "backend": backend_name(),
         "my_pe": rt.my_pe,
@@ -32,6 +32,9 @@ def info() -> dict:
         "heap_free": rt.allocator.bytes_free,
         "transports": {pe: _transport(rt, pe) for pe in range(rt.n_pes)},
     }
+    if rt.on_gpu:
+        facts["gpu"] = rt.heap.device   # the device index this PE uses (among the visible ones)
+    return facts
 
 
 def main(argv=None) -> int:

@@ -1,5 +1,5 @@
-"""Compile every public pgas.device function, every example kernel and a user's kernel to
-sm_90 PTX with the cuda backend forced and no GPU, and link each to a cubin (ptxas checks
+"""Compile every public pgas.device function, every example kernel, a user's kernel and the
+kernels of the host runtime's stream-ordered operations to sm_90 PTX with the cuda backend forced and no GPU, and link each to a cubin (ptxas checks
 the inline PTX); check that the waits poll with coherent acquire loads. Prints one JSON
 report on stdout.
 
@@ -74,6 +74,22 @@ def user_kernel(ivar, data, pe):
     dev.wait_until(ivar, dev.CMP_EQ, 1)
 
 
+def host_operation_kernels():
+    """(label, python function, signature) of the kernels the cuda host runtime launches."""
+    from pgas.host import _gpu_ops as ops
+
+    i64, u64, f64 = types.int64, types.uint64[::1], types.float64[::1]
+    yield "host.signal_op", ops._signal_kernel.py_func, (u64, i64, i64, i64)
+    yield "host.signal_wait_until", ops._wait_kernel.py_func, (u64, i64, i64, u64)
+    yield "host.quiet", ops._quiet_kernel.py_func, ()
+    yield "host.barrier", ops._barrier_kernel.py_func, (i64,)
+    yield "host.sync", ops._sync_kernel.py_func, (i64,)
+    yield "host.broadcast", ops._collective_kernel("broadcast").py_func, (i64, f64, f64, i64)
+    for name in ("fcollect", "alltoall", "sum_reduce", "prod_reducescatter"):
+        yield f"host.{name}", ops._collective_kernel(name).py_func, (i64, f64, f64)
+    yield "host.xor_reduce", ops._collective_kernel("xor_reduce").py_func, (i64, u64, u64)
+
+
 def link_cubin(ptx: str) -> int:
     try:
         from cuda.core import Linker, LinkerOptions, ObjectCode
@@ -130,8 +146,8 @@ def main():
             report["compiled"] += part["compiled"]
             for key in ("failed", "waits", "cubin_bytes"):
                 report[key].update(part[key])
-    for label, function, signature in [*example_kernels(), ("user_kernel", user_kernel,
-                                                            (types.int64[::1], types.float64[::1], types.int32))]:
+    user = ("user_kernel", user_kernel, (types.int64[::1], types.float64[::1], types.int32))
+    for label, function, signature in [*example_kernels(), user, *host_operation_kernels()]:
         try:
             ptx, _ = cuda.compile_ptx(function, signature, cc=CC)
             report["compiled"].append(label)

@@ -11,6 +11,20 @@ CMPS = [(pgas.CMP_EQ, 5, 5, 4), (pgas.CMP_NE, 5, 4, 5), (pgas.CMP_GT, 5, 6, 5),
         (pgas.CMP_GE, 5, 5, 4), (pgas.CMP_LT, 5, 4, 5), (pgas.CMP_LE, 5, 5, 6)]
 
 
+def on_simulator() -> bool:
+    return pgas.backend() == "simulator"
+
+
+def simulator_only(reason: str):
+    """Mark a check that tests what only the simulator backend has (the runner skips it on
+    cuda and says why): device-side argument checks, PGAS_DEBUG's kernel checks, device
+    waits that time out (on a GPU they stop the kernel with a trap, which ends the context)."""
+    def mark(check):
+        check.simulator_only = reason
+        return check
+    return mark
+
+
 def world():
     return MPI.COMM_WORLD
 

@@ -9,6 +9,7 @@ from numba import cuda
 import pgas
 import pgas.device as dev
 from pgas.host._runtime import runtime
+from _util import simulator_only
 
 THREAD = r"tid=\[0, 0, 0\] ctaid=\[0, 0, 0\]: "
 
@@ -51,6 +52,7 @@ def check_debug_is_on():
     assert runtime("test").debug
 
 
+@simulator_only("PGAS_DEBUG's kernel checks and device wait timeouts are the simulator's (a GPU wait traps)")
 def check_use_after_free_in_a_kernel_names_function_argument_pe_and_thread():
     me = pgas.my_pe()
     a = pgas.zeros(1000, np.float64)
@@ -68,6 +70,7 @@ def check_use_after_free_in_a_kernel_names_function_argument_pe_and_thread():
     pgas.free(b)
 
 
+@simulator_only("PGAS_DEBUG's kernel checks and device wait timeouts are the simulator's (a GPU wait traps)")
 def check_pe_range_and_dtype_errors_name_the_pe_and_thread():
     me, n = pgas.my_pe(), pgas.n_pes()
     a = pgas.zeros(4, np.int32)
@@ -80,6 +83,7 @@ def check_pe_range_and_dtype_errors_name_the_pe_and_thread():
     pgas.free(a)
 
 
+@simulator_only("PGAS_DEBUG's kernel checks and device wait timeouts are the simulator's (a GPU wait traps)")
 def check_device_barrier_timeout_names_the_missing_pes():
     n = pgas.n_pes()
     team = pgas.team_split_strided(pgas.TEAM_WORLD, 0, 1, n)
@@ -99,6 +103,7 @@ def check_host_barrier_timeout_names_the_missing_pes():
             pgas.sync(pgas.TEAM_WORLD)
 
 
+@simulator_only("PGAS_DEBUG's kernel checks and device wait timeouts are the simulator's (a GPU wait traps)")
 def check_signal_waits_time_out_naming_what_they_waited_for():
     signal = pgas.zeros(1, np.uint64)
     with short_timeout():
@@ -111,6 +116,7 @@ def check_signal_waits_time_out_naming_what_they_waited_for():
     pgas.free(signal)
 
 
+@simulator_only("the timed-out steps are the simulator's host algorithms")
 def check_host_collective_timeouts_name_the_pe_and_step():
     n = pgas.n_pes()
     team = pgas.team_split_strided(pgas.TEAM_WORLD, 0, 1, n)   # destroyed below: fresh counters after
