@@ -54,6 +54,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _user_address(text: str) -> int:
+    value = int(text, 0)
+    if value <= 0 or value % (2 << 20) or value >= 1 << 47:
+        raise ValueError(f"expected a 2 MiB-aligned user-space address such as 0x7e0000000000, got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Variable:
     """One ``PGAS_*`` variable: name, default (as text), parser and meaning."""
@@ -80,6 +87,9 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("PGAS_TIMEOUT", "300", _positive_float,
              "seconds a blocking wait (wait_until, signal_wait_until, barriers, syncs) may take "
              "before it fails naming what it waited for (for barriers: the PEs that had not arrived)"),
+    Variable("PGAS_STATE_ADDRESS", "0x7e0000000000", _user_address,
+             "cuda backend: the fixed virtual address of the device state block that kernels read "
+             "(change it only if pgas.init says the driver could not reserve it; the same on every PE)"),
     Variable("PGAS_DEBUG", "0", _parse_bool,
              "1: extra checks: every PE makes the same allocations; device arguments lie inside "
              "live symmetric arrays (catches use after free)"),

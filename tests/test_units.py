@@ -53,3 +53,13 @@ def test_setting_reports_the_variable_and_value(monkeypatch):
     monkeypatch.setenv("PGAS_DEBUG", "maybe")
     with pytest.raises(PgasValueError, match=r"PGAS_DEBUG='maybe' is not valid: expected 0 or 1"):
         setting("PGAS_DEBUG")
+
+
+def test_state_address_setting(monkeypatch):
+    assert setting("PGAS_STATE_ADDRESS") == 0x7E00_0000_0000
+    monkeypatch.setenv("PGAS_STATE_ADDRESS", "0x7d0000000000")
+    assert setting("PGAS_STATE_ADDRESS") == 0x7D00_0000_0000
+    for bad in ("0x1234", "0", "0x800000000000", "here"):
+        monkeypatch.setenv("PGAS_STATE_ADDRESS", bad)
+        with pytest.raises(PgasValueError, match=rf"PGAS_STATE_ADDRESS='{bad}' is not valid"):
+            setting("PGAS_STATE_ADDRESS")

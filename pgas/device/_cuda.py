@@ -24,13 +24,14 @@ from numba import cuda, types
 from numba.cuda.extending import intrinsic
 from numba.cuda.np.numpy_support import carray as _carray
 
+from .._env import setting
 from .._waiting import compare
 from ._codes import BLOCK, PRIMITIVES, RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, THREAD, reduce_code
 
 __all__ = [*PRIMITIVES, "STATE_ADDRESS", "STATE_WORDS"]
 
 WARP_SIZE = 32
-STATE_ADDRESS = 0x7E00_0000_0000          # reserved by the host runtime in every PE
+STATE_ADDRESS = setting("PGAS_STATE_ADDRESS")   # mapped there by the host runtime in every PE
 # state word indices
 _MY_PE, _N_PES, _HEAP_BASE, _HEAP_SIZE, _TIMEOUT_NS = range(5)
 _PEER_BASES = 8

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._errors import PgasError
 from ._bootstrap import Bootstrap
-from ._gpu_driver import checked, select_device
+from ._gpu_driver import checked, select_device, synchronize
 from ._gpu_state import DeviceState
 from ._heap import array_span, check_span
 
@@ -58,7 +58,7 @@ class GpuSymmetricHeap:
                                                          "(lower PGAS_SYMMETRIC_SIZE?)"))
         self.bases[self.my_pe] = self.base
         try:
-            checked(driver.cuMemsetD8(self.base, 0, size), "cuMemsetD8 (symmetric heap)")
+            self.zero(0, size)
             self._open_peers(boot)
             self.state = DeviceState(self.device, boot.my_pe, boot.n_pes, self.base, size, timeout, self.bases)
         except Exception:
@@ -110,9 +110,12 @@ class GpuSymmetricHeap:
         return _device_array(self.base + offset, shape, None, dtype, self)
 
     def zero(self, offset: int, nbytes: int) -> None:
+        """Zero bytes of this PE's heap, complete on return (a memset is asynchronous to
+        the host, and peers may write there as soon as this PE reaches its next barrier)."""
         from cuda.bindings import driver
 
         checked(driver.cuMemsetD8(self.base + offset, 0, nbytes), "cuMemsetD8")
+        synchronize(0)
 
     def reachable(self, pe: int) -> bool:
         return self.bases[pe] is not None

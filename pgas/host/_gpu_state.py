@@ -58,7 +58,8 @@ class DeviceState:
             raise PgasError(
                 f"pgas.init: the CUDA driver did not reserve the device state block at {address:#x} "
                 f"(it offered {reserved:#x}); kernels read the state at that fixed address. Another "
-                "mapping of this process may use it: change STATE_ADDRESS in pgas/device/_cuda.py")
+                "mapping of this process may use it: set PGAS_STATE_ADDRESS to another 2 MiB-aligned "
+                "address (the same for every PE)")
         self._handle = None
         try:
             self._handle = checked(driver.cuMemCreate(self.size, prop, 0), "cuMemCreate (device state block)")

@@ -125,6 +125,9 @@ def free(a) -> None:
     offset = _symmetric_block(rt, a, "pgas.free")
     if rt.debug:
         _check_agreement(rt, "pgas.free", ("offset", offset))
+    if rt.on_gpu:   # this PE's kernels and copies are done with it
+        from numba import cuda
+        cuda.synchronize()
     wait_all(rt.boot.comm, "pgas.free")  # nobody may still be writing into it
     rt.allocator.release(offset)
 
