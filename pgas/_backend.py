@@ -33,15 +33,30 @@ def gpu_usable() -> bool:
         return False
 
 
+def gpu_compiler_found() -> bool:
+    """True when numba can find NVVM to compile kernels for the GPU (the ``cuda`` extra's
+    wheels, or a CUDA toolkit)."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        load_nvidia_dynamic_lib("nvvm")
+        return True
+    except Exception:  # not installed: pathfinder raises its own not-found error
+        return False
+
+
 def _select() -> str:
     requested = setting("PGAS_BACKEND")
     if requested in ("simulator", "cuda"):
         return requested
-    if gpu_usable():
+    if not gpu_usable():
+        reason = "no usable GPU"
+    elif not gpu_compiler_found():
+        reason = "a GPU is usable, but NVVM is not installed: pip install 'pgas[cuda]'"
+    else:
         return "cuda"
     # Said once per job: pgasrun says it itself; under mpiexec only rank 0 does.
     if os.environ.get("PGAS_BACKEND_NOTICE_GIVEN") != "1" and os.environ.get("PMI_RANK", "0") == "0":
-        print("pgas: using the simulator backend (no usable GPU)", file=sys.stderr)
+        print(f"pgas: using the simulator backend ({reason})", file=sys.stderr)
     return "simulator"
 
 
