@@ -97,13 +97,14 @@ class GpuSymmetricHeap:
 
     def view_on(self, pe: int, arr, fn: str, what: str):
         """The same elements as ``arr`` (in this PE's heap) in PE ``pe``'s mapped heap."""
-        offset = self.offset_of(arr, fn, what)
+        span = array_span(arr, fn, what)
+        offset = check_span(span, self.base, self.size, fn, what)
         if self.bases[pe] is None:
             raise PgasError(
                 f"{fn}: PE {pe} is on another node: it has no load/store path from this PE, and "
                 "remote transports are not available in this version of pgas")
-        strides = None if _c_contiguous(arr) else tuple(arr.strides)
-        return _device_array(self.bases[pe] + offset, arr.shape, strides, arr.dtype, self)
+        _, shape, strides, _ = span
+        return _device_array(self.bases[pe] + offset, shape, strides, arr.dtype, self)
 
     def array_at(self, offset: int, shape: tuple, dtype):
         """A C-ordered device array of this PE's heap starting at ``offset``."""
@@ -159,10 +160,6 @@ class GpuSymmetricHeap:
             driver.cuMemFree(self.base)
             self.base = None
         self.bases = [None] * len(self.bases)
-
-
-def _c_contiguous(arr) -> bool:
-    return bool(arr.flags["C_CONTIGUOUS"])
 
 
 def _device_array(address: int, shape, strides, dtype, owner):

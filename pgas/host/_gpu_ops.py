@@ -18,27 +18,20 @@ from numba import cuda
 from .. import device as dev
 from .._errors import PgasError
 from .._env import setting
-from ._gpu_driver import checked, numba_stream, stream_handle
+from ._gpu_driver import checked, numba_stream, stream_handle, synchronize
+from ._heap import array_span
 
 __all__ = ["copy", "signal_op", "signal_wait_until", "quiet", "team_barrier", "collective"]
 
 COLLECTIVE_THREADS = 512   # one block runs a host-called collective
 
 
-def _address(arr) -> int:
-    if isinstance(arr, np.ndarray):
-        return arr.__array_interface__["data"][0]
-    return arr.__cuda_array_interface__["data"][0]
-
-
 def _finish(handle: int, stream, fn: str) -> None:
     """With no stream given, wait for the work; a kernel that stopped is named as such."""
     if stream is not None:
         return
-    from cuda.bindings import driver
-
     try:
-        checked(driver.cuStreamSynchronize(handle), "cuStreamSynchronize")
+        synchronize(handle)
     except PgasError as exc:
         raise PgasError(f"{fn}: the GPU work failed ({exc}); a device wait that passes "
                         f"PGAS_TIMEOUT={setting('PGAS_TIMEOUT'):g} s stops its kernel with a trap") from None
@@ -52,7 +45,8 @@ def copy(dst, src, nelems: int, stream, fn: str) -> None:
     handle = stream_handle(stream, fn)
     nbytes = nelems * np.dtype(dst.dtype).itemsize
     if nbytes:
-        checked(driver.cuMemcpyAsync(_address(dst), _address(src), nbytes, handle), f"{fn}: cuMemcpyAsync")
+        dst_address, src_address = array_span(dst, fn, "dest")[0], array_span(src, fn, "src")[0]
+        checked(driver.cuMemcpyAsync(dst_address, src_address, nbytes, handle), f"{fn}: cuMemcpyAsync")
     _finish(handle, stream, fn)
 
 

@@ -26,11 +26,12 @@ def put_signal(dest, src, signal, value, sig_op, pe: int, stream=None) -> None:
     word = as_ndarray(signal, fn, "signal")
     check_signal(fn, word)
     check_sig_op(fn, sig_op)
-    remote = rt.heap.view_on(pe, word.reshape(-1)[:1], fn, "signal")
+    word = word.reshape(-1)[:1]
+    remote = rt.heap.view_on(pe, word, fn, "signal")
     put(dest, src, pe, stream)
     if rt.on_gpu:
         from . import _gpu_ops
-        _gpu_ops.signal_op(word.reshape(-1)[:1], value, sig_op, pe, stream, fn)
+        _gpu_ops.signal_op(word, value, sig_op, pe, stream, fn)
         return
     _cpu_atomics.fence()
     _cpu_atomics.rmw(remote, "xchg" if sig_op == SIGNAL_SET else "add", value, fn, "signal")
