@@ -14,7 +14,8 @@ import numpy as np
 
 from ._errors import PgasValueError
 
-__all__ = ["load_acquire", "store_release", "fence", "rmw", "compare_swap", "int64_word",
+__all__ = ["load_acquire", "store_release", "fence", "rmw", "compare_swap", "int64_word", "check_word",
+           "as_bits", "from_bits",
            "ORDERED_DTYPES", "INTEGER_DTYPES", "RMW_OPS"]
 
 # numpy dtype -> (LLVM type, alignment, ctypes type)
@@ -144,6 +145,22 @@ def _from_int(dtype: np.dtype, bits: int):
     if dtype in _BITS:
         return np.array(bits, _BITS[dtype]).view(dtype)[()]
     return dtype.type(bits)
+
+
+def check_word(arr: np.ndarray, fn: str, what: str, op: str) -> None:
+    """The checks ``rmw`` (``op``), ``compare_swap`` (``"cas"``) or ``load_acquire``
+    (``"load"``) make, for an atomic another agent (the NIC) will apply."""
+    _checked(arr, fn, what, INTEGER_DTYPES if op in RMW_OPS and op != "xchg" else ORDERED_DTYPES)
+
+
+def as_bits(dtype: np.dtype, value) -> int:
+    """``value`` of ``dtype`` as the unsigned integer of its bits."""
+    return _as_int(dtype, value) & ((1 << (8 * dtype.itemsize)) - 1)
+
+
+def from_bits(dtype: np.dtype, bits: int):
+    """The ``dtype`` value whose bits are the unsigned integer ``bits``."""
+    return np.array([bits], f"u{dtype.itemsize}").view(dtype)[0]
 
 
 def rmw(arr: np.ndarray, op: str, value, fn: str, what: str):

@@ -1,4 +1,5 @@
-"""Every check in tests/pe/checks_*.py, run through pgasrun on 1, 2, 3 and 4 PEs."""
+"""Every check in tests/pe/checks_*.py, run through pgasrun on 1 to 6 PEs of one node, and
+again across emulated nodes, where PEs on other nodes are reached through the NIC (proxy)."""
 import pytest
 
 from conftest import assert_check_passed, check_names
@@ -19,11 +20,22 @@ MODULES = {
     "checks_collectives": ([1, 2, 3, 4, 5, 6], {}),
     "checks_device_collectives": ([1, 2, 3, 5], {}),
 }
+# Emulated nodes: (PEs, PEs per node). 4 PEs as 2 nodes of 2 mix both paths in one run;
+# 3 PEs one per node send everything through the NIC.
+LAYOUTS = [(4, 2), (3, 1)]
 
 CASES = [(module, n, name) for module, (counts, _) in MODULES.items() for n in counts
          for name in check_names(module)]
+REMOTE_CASES = [(module, n, per_node, name) for module in MODULES for n, per_node in LAYOUTS
+                for name in check_names(module)]
 
 
 @pytest.mark.parametrize("module,n,name", CASES, ids=[f"{m}-{n}pe-{c}" for m, n, c in CASES])
 def test_on_pes(module, n, name):
     assert_check_passed(module, n, name, env=MODULES[module][1])
+
+
+@pytest.mark.parametrize("module,n,per_node,name", REMOTE_CASES,
+                         ids=[f"{m}-{n}pe-{k}per-node-{c}" for m, n, k, c in REMOTE_CASES])
+def test_across_nodes(module, n, per_node, name):
+    assert_check_passed(module, n, name, options=("--pes-per-node", str(per_node)), env=MODULES[module][1])

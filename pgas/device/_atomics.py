@@ -17,37 +17,37 @@ __all__ = ["atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap",
 def atomic_fetch(dest, pe):
     """atomic_fetch(dest, pe) -> value: read element 0 of PE ``pe``'s ``dest`` atomically."""
     fn = "pgas.device.atomic_fetch"
-    return _p.load_acquire(_p.peer(dest, pe, fn, "dest"), fn, "dest")
+    return _p.remote_atomic_load(fn, _p.local(dest, fn, "dest"), pe, "dest")
 
 
 def atomic_set(dest, value, pe):
     """atomic_set(dest, value, pe): atomically write ``value`` to PE ``pe``'s ``dest[0]``."""
     fn = "pgas.device.atomic_set"
-    _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), RMW_XCHG, value, fn, "dest")
+    _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_XCHG, value, "dest")
 
 
 def atomic_swap(dest, value, pe):
     """atomic_swap(dest, value, pe) -> old: write ``value``, return what was there."""
     fn = "pgas.device.atomic_swap"
-    return _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), RMW_XCHG, value, fn, "dest")
+    return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_XCHG, value, "dest")
 
 
 def atomic_compare_swap(dest, cond, value, pe):
     """atomic_compare_swap(dest, cond, value, pe) -> old: write ``value`` if ``dest[0] == cond``."""
     fn = "pgas.device.atomic_compare_swap"
-    return _p.atomic_compare_swap(_p.peer(dest, pe, fn, "dest"), cond, value, fn, "dest")
+    return _p.remote_compare_swap(fn, _p.local(dest, fn, "dest"), pe, cond, value, "dest")
 
 
 def atomic_fetch_inc(dest, pe):
     """atomic_fetch_inc(dest, pe) -> old: add one to PE ``pe``'s ``dest[0]``."""
     fn = "pgas.device.atomic_fetch_inc"
-    return _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), RMW_ADD, 1, fn, "dest")
+    return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_ADD, 1, "dest")
 
 
 def atomic_inc(dest, pe):
     """atomic_inc(dest, pe): add one to PE ``pe``'s ``dest[0]``."""
     fn = "pgas.device.atomic_inc"
-    _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), RMW_ADD, 1, fn, "dest")
+    _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_ADD, 1, "dest")
 
 
 _BINARY = {"add": RMW_ADD, "and": RMW_AND, "or": RMW_OR, "xor": RMW_XOR}
@@ -60,12 +60,12 @@ def _make(op: str, fetch: bool):
 
     if fetch:
         def atomic(dest, value, pe):
-            return _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), rmw_op, value, fn, "dest")
+            return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, rmw_op, value, "dest")
         atomic.__doc__ = (f"{name}(dest, value, pe) -> old: atomically ``dest[0] = dest[0] {op} value`` "
                           "on PE ``pe``; returns the old value (integer dtypes).")
     else:
         def atomic(dest, value, pe):
-            _p.atomic_rmw(_p.peer(dest, pe, fn, "dest"), rmw_op, value, fn, "dest")
+            _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, rmw_op, value, "dest")
         atomic.__doc__ = f"{name}(dest, value, pe): atomically ``dest[0] = dest[0] {op} value`` on PE ``pe``."
     atomic.__name__ = atomic.__qualname__ = name
     return atomic

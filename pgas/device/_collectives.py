@@ -3,7 +3,7 @@
 One thread per PE calls the plain forms; every thread of one block calls the ``_block``
 forms, with the same arguments, and they share the work. Every member reads what it
 needs from its peers' copies (the same path as ``get``: load/store between the PEs of a
-node) between team synchronizations: the first says every member's ``src`` is ready,
+node, the NIC between nodes) between team synchronizations: the first says every member's ``src`` is ready,
 the last that every member has finished reading. An all-reduce is a reduce-scatter
 (member r reduces block r of everyone's ``src``) then an all-gather of the finished
 blocks, so each element is reduced once (by its block's owner) and ``dest`` may be
@@ -37,7 +37,7 @@ def _broadcast(fn, scope, team, dest, src, root):
     if _p.team_rank(team, fn) == root:
         _p.copy_strided(d, 1, s, 1, d.size, rank, size)
     else:
-        _p.copy_strided(d, 1, _p.peer(src, _p.team_pe(team, root, fn), fn, "src"), 1, d.size, rank, size)
+        _p.transfer(fn, False, _p.team_pe(team, root, fn), d, 1, s, 1, d.size, rank, size, False)
     _grouped_sync(fn, scope, team, False)
 
 
@@ -50,8 +50,7 @@ def _fcollect(fn, scope, team, dest, src):
     rank, size = _p.group_rank_and_size(scope, fn)
     _grouped_sync(fn, scope, team, False)
     for q in range(n):
-        theirs = _p.peer(src, _p.team_pe(team, q, fn), fn, "src")
-        _p.copy_strided(d[q * m:(q + 1) * m], 1, theirs, 1, m, rank, size)
+        _p.transfer(fn, False, _p.team_pe(team, q, fn), d[q * m:(q + 1) * m], 1, s, 1, m, rank, size, False)
     _grouped_sync(fn, scope, team, False)
 
 
@@ -66,8 +65,8 @@ def _alltoall(fn, scope, team, dest, src):
     me = _p.team_rank(team, fn)
     _grouped_sync(fn, scope, team, False)
     for q in range(n):
-        theirs = _p.peer(src, _p.team_pe(team, q, fn), fn, "src")
-        _p.copy_strided(d[q * m:(q + 1) * m], 1, theirs[me * m:(me + 1) * m], 1, m, rank, size)
+        _p.transfer(fn, False, _p.team_pe(team, q, fn), d[q * m:(q + 1) * m], 1, s[me * m:(me + 1) * m], 1, m,
+                    rank, size, False)
     _grouped_sync(fn, scope, team, False)
 
 
@@ -105,8 +104,7 @@ def _reduce(fn, scope, team, dest, src, op):
         if q != me:
             lo = d.size * q // n
             hi = d.size * (q + 1) // n
-            theirs = _p.peer(dest, _p.team_pe(team, q, fn), fn, "dest")
-            _p.copy_strided(d[lo:hi], 1, theirs[lo:hi], 1, hi - lo, rank, size)
+            _p.transfer(fn, False, _p.team_pe(team, q, fn), d[lo:hi], 1, d[lo:hi], 1, hi - lo, rank, size, False)
     _grouped_sync(fn, scope, team, False)
 
 

@@ -312,6 +312,44 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
         dst[dst_lo + i] = acc
 
 
+# Other PEs: load/store into their mapped heaps (no remote transport on the GPU yet) ----
+
+@jit
+def transfer(fn, to_peer, pe, dst, dst_stride, src, src_stride, nelems, rank, size, nbi):
+    if to_peer:
+        copy_strided(peer(dst, pe, fn, "dest"), dst_stride, src, src_stride, nelems, rank, size)
+    else:
+        copy_strided(dst, dst_stride, peer(src, pe, fn, "src"), src_stride, nelems, rank, size)
+
+
+@jit
+def remote_store(fn, arr, pe, value, what, release):
+    if release:
+        store_release(peer(arr, pe, fn, what), value, fn, what)
+    else:
+        peer(arr, pe, fn, what)[0] = value
+
+
+@jit
+def remote_load(fn, arr, pe, what):
+    return peer(arr, pe, fn, what)[0]
+
+
+@jit
+def remote_rmw(fn, arr, pe, op, value, what):
+    return atomic_rmw(peer(arr, pe, fn, what), op, value, fn, what)
+
+
+@jit
+def remote_compare_swap(fn, arr, pe, cond, value, what):
+    return atomic_compare_swap(peer(arr, pe, fn, what), cond, value, fn, what)
+
+
+@jit
+def remote_atomic_load(fn, arr, pe, what):
+    return load_acquire(peer(arr, pe, fn, what), fn, what)
+
+
 # Memory ordering and atomics --------------------------------------------------------
 
 @jit
@@ -327,6 +365,9 @@ def store_release(arr, value, fn, what):
 @jit
 def fence(fn):
     _fence_sc_sys()
+
+
+quiet = fence   # every store to a peer is issued at the call on the load/store path
 
 
 @jit

@@ -1,6 +1,7 @@
 """Device RMA: p, g, put, get, their nbi, strided, block and warp forms.
 
-Between the PEs of a node these are loads and stores into the peer's mapped heap. A
+Between the PEs of a node these are loads and stores into the peer's mapped heap; to a PE
+on another node they are NIC requests (RDMA writes and reads; ``p`` an inline write). A
 blocking ``put`` returns once ``src`` may be reused; the data is visible to the peer after
 ``quiet`` (or a barrier). On the load/store path every store is issued at the call, so the
 ``_nbi`` forms behave as the blocking ones and ``quiet`` only orders memory.
@@ -16,44 +17,43 @@ __all__ = ["p", "g", "put", "get", "put_nbi", "get_nbi", "iput", "iget"]
 def p(dest, value, pe):
     """p(dest, value, pe): write ``value`` to element 0 of PE ``pe``'s ``dest``."""
     fn = "pgas.device.p"
-    remote = _p.peer(dest, pe, fn, "dest")
-    _p.check_not_empty(fn, "dest", remote)
-    remote[0] = value
+    mine = _p.local(dest, fn, "dest")
+    _p.check_not_empty(fn, "dest", mine)
+    _p.remote_store(fn, mine, pe, value, "dest", False)
 
 
 def g(src, pe):
     """g(src, pe) -> value: element 0 of PE ``pe``'s ``src``."""
     fn = "pgas.device.g"
-    remote = _p.peer(src, pe, fn, "src")
-    _p.check_not_empty(fn, "src", remote)
-    return remote[0]
+    mine = _p.local(src, fn, "src")
+    _p.check_not_empty(fn, "src", mine)
+    return _p.remote_load(fn, mine, pe, "src")
 
 
 @_p.jit
-def _copy_strided(fn, dest, src, pe, to_peer, scope, dst_stride, src_stride, nelems, whole):
+def _copy_strided(fn, dest, src, pe, to_peer, scope, dst_stride, src_stride, nelems, whole, nbi):
     """The one copy behind every put/get form: ``to_peer`` says which side is PE ``pe``'s.
 
     ``whole``: copy ``src.size`` elements for puts, ``dest.size`` for gets (``nelems`` is
-    ignored). Threads of the group (``scope``) copy every size-th element from their
-    rank, then synchronize.
+    ignored). Threads of the group (``scope``) share the elements, then synchronize.
     """
     rank, size = _p.group_rank_and_size(scope, fn)
     if to_peer:
-        d = _p.peer(dest, pe, fn, "dest")
+        d = _p.local(dest, fn, "dest")
         s = _p.plain(src, fn, "src")
     else:
         d = _p.plain(dest, fn, "dest")
-        s = _p.peer(src, pe, fn, "src")
+        s = _p.local(src, fn, "src")
     if whole:
         nelems = s.size if to_peer else d.size
     _p.check_copy(fn, d, "dest", dst_stride, s, "src", src_stride, nelems)
-    _p.copy_strided(d, dst_stride, s, src_stride, nelems, rank, size)
+    _p.transfer(fn, to_peer, pe, d, dst_stride, s, src_stride, nelems, rank, size, nbi)
     _p.group_sync(scope, fn)
 
 
 @_p.jit
-def _copy(fn, dest, src, pe, to_peer, scope):
-    _copy_strided(fn, dest, src, pe, to_peer, scope, 1, 1, 0, True)
+def _copy(fn, dest, src, pe, to_peer, scope, nbi):
+    _copy_strided(fn, dest, src, pe, to_peer, scope, 1, 1, 0, True, nbi)
 
 
 def iput(dest, src, dst_stride, src_stride, nelems, pe):
@@ -62,12 +62,12 @@ def iput(dest, src, dst_stride, src_stride, nelems, pe):
     Element ``i`` (``i < nelems``) of ``src`` at ``i*src_stride`` goes to ``i*dst_stride`` of
     PE ``pe``'s ``dest``; strides count elements.
     """
-    _copy_strided("pgas.device.iput", dest, src, pe, True, THREAD, dst_stride, src_stride, nelems, False)
+    _copy_strided("pgas.device.iput", dest, src, pe, True, THREAD, dst_stride, src_stride, nelems, False, False)
 
 
 def iget(dest, src, dst_stride, src_stride, nelems, pe):
     """iget(dest, src, dst_stride, src_stride, nelems, pe): strided get from PE ``pe``'s ``src``."""
-    _copy_strided("pgas.device.iget", dest, src, pe, False, THREAD, dst_stride, src_stride, nelems, False)
+    _copy_strided("pgas.device.iget", dest, src, pe, False, THREAD, dst_stride, src_stride, nelems, False, False)
 
 
 _SCOPES = {"": THREAD, "_warp": WARP, "_block": BLOCK}
@@ -89,7 +89,7 @@ def _make(op: str, nbi: bool, suffix: str):
     fn = f"pgas.device.{name}"
 
     def rma(dest, src, pe):
-        _copy(fn, dest, src, pe, to_peer, scope)
+        _copy(fn, dest, src, pe, to_peer, scope, nbi)
 
     rma.__name__ = rma.__qualname__ = name
     done = ("Returns once the copy is issued; it is complete after ``quiet``." if nbi else

@@ -18,13 +18,13 @@ __all__ = ["signal_op", "signal_fetch", "signal_wait_until"]
 
 @_p.jit
 def _update(fn, signal, value, sig_op, pe):
-    word = _p.peer(signal, pe, fn, "signal")
+    word = _p.local(signal, fn, "signal")
     _p.check_signal(fn, word)
     _p.check_sig_op(fn, sig_op)
     if sig_op == SIGNAL_SET:
-        _p.atomic_rmw(word, RMW_XCHG, value, fn, "signal")
+        _p.remote_rmw(fn, word, pe, RMW_XCHG, value, "signal")
     else:
-        _p.atomic_rmw(word, RMW_ADD, value, fn, "signal")
+        _p.remote_rmw(fn, word, pe, RMW_ADD, value, "signal")
 
 
 def signal_op(signal, value, sig_op, pe):
@@ -62,7 +62,7 @@ def _make(nbi: bool, suffix: str):
     fn = f"pgas.device.{name}"
 
     def put_signal_op(dest, src, signal, value, sig_op, pe):
-        _copy(fn, dest, src, pe, True, scope)  # ends with the group synchronized
+        _copy(fn, dest, src, pe, True, scope, nbi)  # ends with the group synchronized
         if _p.group_rank_and_size(scope, fn)[0] == 0:
             _p.fence(fn)  # the data before the signal
             _update(fn, signal, value, sig_op, pe)

@@ -102,16 +102,6 @@ def local(arr, fn: str, what: str) -> np.ndarray:
     return _flat(data, fn, what)
 
 
-def peer(arr, pe, fn: str, what: str) -> np.ndarray:
-    """PE ``pe``'s copy of symmetric ``arr`` (load/store reachable), flat."""
-    rt = runtime(fn)
-    pe = check_pe(fn, pe, rt.n_pes)
-    data = as_ndarray(arr, fn, what)
-    if rt.debug:
-        _check_allocated(rt, data, fn, what)
-    return _flat(rt.heap.view_on(pe, data, fn, what), fn, what)
-
-
 def plain(arr, fn: str, what: str) -> np.ndarray:
     """Any array argument (symmetric or not), flat."""
     return _flat(as_ndarray(arr, fn, what), fn, what)
@@ -135,19 +125,78 @@ def copy_strided(dst: np.ndarray, dst_stride: int, src: np.ndarray, src_stride: 
 def reduce_from_peers(fn: str, dst: np.ndarray, dst_lo: int, src, src_lo: int, count: int, team,
                       op: int, rank: int, size: int) -> None:
     """dst[dst_lo + i] = ``op`` over every member's src[src_lo + i], for this thread's share
-    of i < count (every size-th from rank). The order is this PE's own value first, then
-    the others in team-rank order: ``dst`` may be ``src`` (its values are read first)."""
+    of i < count (a contiguous piece). The order is this PE's own value first, then the
+    others in team-rank order: ``dst`` may be ``src`` (its values are read first)."""
     members = _team(team, fn)
     ufunc = reduction_ufunc(fn, REDUCE_OPS[op], dst.dtype)
+    lo, hi = count * rank // size, count * (rank + 1) // size
+    if hi <= lo:
+        return
+    mine = local(src, fn, "src")[src_lo + lo:src_lo + hi]
+    transports = runtime(fn).transports
     order = [members.my_index] + [r for r in range(members.size) if r != members.my_index]
-    shares = [peer(src, members.pes[r], fn, "src")[src_lo:src_lo + count][rank::size] for r in order]
-    out = dst[dst_lo:dst_lo + count][rank::size]
+    shares = [transports.read(fn, members.pes[r], mine, "src") for r in order]
+    out = dst[dst_lo + lo:dst_lo + hi]
     if len(shares) == 1:
         out[...] = shares[0]
         return
     ufunc(shares[0], shares[1], out=out)
     for share in shares[2:]:
         ufunc(out, share, out=out)
+
+
+# Other PEs: every access goes through the runtime's routing (host/_transport.py) --------
+
+def _transports_to(fn: str, pe):
+    rt = runtime(fn)
+    return rt.transports, check_pe(fn, pe, rt.n_pes)
+
+
+def transfer(fn: str, to_peer: bool, pe, dst: np.ndarray, dst_stride: int, src: np.ndarray, src_stride: int,
+             nelems: int, rank: int, size: int, nbi: bool) -> None:
+    """This thread's share (a contiguous piece) of a strided copy of ``nelems`` elements
+    between flat local arrays, one of them symmetric: ``to_peer``: local ``src`` into PE
+    ``pe``'s ``dst``; else PE ``pe``'s ``src`` into local ``dst``. ``nbi``: complete at quiet."""
+    transports, pe = _transports_to(fn, pe)
+    first = nelems * rank // size
+    count = nelems * (rank + 1) // size - first
+    if to_peer:
+        transports.copy(fn, pe, True, dst, dst_stride, src, src_stride, first, count, nbi)
+    else:
+        transports.copy(fn, pe, False, src, src_stride, dst, dst_stride, first, count, nbi)
+
+
+def remote_store(fn: str, arr: np.ndarray, pe, value, what: str, release: bool) -> None:
+    """PE ``pe``'s ``arr[0] = value`` (``release``: after this thread's earlier stores)."""
+    transports, pe = _transports_to(fn, pe)
+    transports.store(fn, pe, arr, value, what, release)
+
+
+def remote_load(fn: str, arr: np.ndarray, pe, what: str):
+    transports, pe = _transports_to(fn, pe)
+    return transports.load(fn, pe, arr, what, False)
+
+
+def remote_rmw(fn: str, arr: np.ndarray, pe, op: int, value, what: str):
+    """Atomic read-modify-write (op: an RMW_* code) of PE ``pe``'s ``arr[0]``; the old value."""
+    transports, pe = _transports_to(fn, pe)
+    return transports.rmw(fn, pe, arr, RMW_NAMES[op], value, what)
+
+
+def remote_compare_swap(fn: str, arr: np.ndarray, pe, cond, value, what: str):
+    transports, pe = _transports_to(fn, pe)
+    return transports.compare_swap(fn, pe, arr, cond, value, what)
+
+
+def remote_atomic_load(fn: str, arr: np.ndarray, pe, what: str):
+    transports, pe = _transports_to(fn, pe)
+    return transports.atomic_load(fn, pe, arr, what)
+
+
+def quiet(fn: str) -> None:
+    """Complete this PE's operations through the NIC, then a full fence."""
+    runtime(fn).transports.quiet(fn)
+    _cpu_atomics.fence()
 
 
 def load_acquire(arr: np.ndarray, fn: str, what: str):

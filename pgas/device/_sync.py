@@ -36,7 +36,7 @@ def fence():
 
 def quiet():
     """quiet(): complete every operation this thread issued (see the module's guarantees)."""
-    _p.fence("pgas.device.quiet")
+    _p.quiet("pgas.device.quiet")
 
 
 def test(ivar, cmp, value):
@@ -64,14 +64,13 @@ def _team_sync(fn, team, complete_first):
     """
     words = _p.barrier_words(team, fn)
     if complete_first:
-        _p.fence(fn)
+        _p.quiet(fn)
     last = words.size - 1
     epoch = words[last] + 1
     words[last] = epoch
     me = _p.team_rank(team, fn)
     for q in range(_p.team_size(team, fn)):
-        flag = _p.peer(words[me:me + 1], _p.team_pe(team, q, fn), fn, "barrier flag")
-        _p.store_release(flag, epoch, fn, "barrier flag")
+        _p.remote_store(fn, words[me:me + 1], _p.team_pe(team, q, fn), epoch, "barrier flag", True)
     _p.wait_for_arrivals(fn, team, words, epoch)
 
 

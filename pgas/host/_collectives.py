@@ -1,7 +1,9 @@
 """Host collectives over a team: broadcast, fcollect, alltoall, reduce, reducescatter.
 
 Every member reads what it needs straight from its peers' mapped heaps (pull) and does
-the arithmetic with numpy on whole slices, so data moves at memory speed. Members
+the arithmetic with numpy on whole slices, so data moves at memory speed. Members on
+other nodes are read through the NIC (RDMA reads of the same slices and of the progress
+words), so every collective also works on teams that span nodes. Members
 coordinate through progress words in the heap: each publishes how far it has got
 (release store) and waits for the peers it reads from (acquire loads, PGAS_TIMEOUT).
 Counters only grow: call k of a team publishes values from k * _STRIDE, so words need
@@ -21,6 +23,8 @@ the device collective of ``pgas.device`` as a one-block kernel queued on ``strea
 (``_gpu_ops.collective``), as NVSHMEM's ``*_on_stream`` collectives do.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -74,13 +78,19 @@ class _Call:
         return self.rt.collective_cache[slot]
 
     def _word_accessors(self, slot: int):
-        """Per member: acquire loads of each progress word; mine: release stores."""
+        """Per member: acquire loads of each progress word (atomic reads through the NIC
+        for members on other nodes); mine: release stores."""
         row = self.rt.collective_words[slot]
+        transports = self.rt.transports
         loads = []
         for pe in self.team.pes:
-            words = self.rt.heap.view_on(pe, row, self.fn, "the team's progress words")
-            loads.append([_cpu_atomics.int64_word(words[w:w + 1], self.fn, "progress")[0]
-                          for w in range(len(row))])
+            if transports.kinds[pe] in ("self", "p2p"):
+                words = self.rt.heap.view_on(pe, row, self.fn, "the team's progress words")
+                loads.append([_cpu_atomics.int64_word(words[w:w + 1], self.fn, "progress")[0]
+                              for w in range(len(row))])
+            else:
+                loads.append([functools.partial(transports.atomic_load, self.fn, pe, row[w:w + 1], "progress")
+                              for w in range(len(row))])
         stores = [_cpu_atomics.int64_word(row[w:w + 1], self.fn, "progress")[1] for w in range(len(row))]
         return loads, stores
 
@@ -91,8 +101,9 @@ class _Call:
         return data.reshape(-1)
 
     def on(self, rank: int, data: np.ndarray, what: str) -> np.ndarray:
-        """Member ``rank``'s copy of symmetric ``data``."""
-        return self.rt.heap.view_on(self.team.pes[rank], data, self.fn, what)
+        """Member ``rank``'s copy of symmetric ``data`` as it is now: a view where it is
+        mapped, else a copy fetched through the NIC (read it again after it changes)."""
+        return self.rt.transports.read(self.fn, self.team.pes[rank], data, what)
 
     def publish(self, word: int, step: int) -> None:
         self.stores[word](self.base + step)
@@ -292,20 +303,19 @@ def _ring(call: _Call, d, s, ufunc, in_place) -> None:
     left, right = (me - 1) % n, (me + 1) % n
     edges = [d.size * i // n for i in range(n + 1)]
     chunk = [slice(edges[c], edges[c + 1]) for c in range(n)]
-    theirs = call.on(left, d, "dest")
     if not in_place:
         np.copyto(d[chunk[me]], s[chunk[me]])   # the only chunk my right neighbour reads unreduced
     call.publish(_RING, 1)
     for k in range(n - 1):                       # reduce-scatter
         c = chunk[(me - k - 1) % n]
         call.wait(left, _RING, k + 1, f"(ring reduce-scatter step {k})")
-        ufunc(s[c], theirs[c], out=d[c])
+        ufunc(s[c], call.on(left, d[c], "dest"), out=d[c])
         call.publish(_RING, k + 2)
     for k in range(n - 1):                       # all-gather
         c = chunk[(me - k) % n]
         call.wait(left, _RING, n + k, f"(ring all-gather step {k})")
         call.wait(right, _RING, k + 2, f"(ring reduce-scatter step {k})")
-        np.copyto(d[c], theirs[c])
+        np.copyto(d[c], call.on(left, d[c], "dest"))
         call.publish(_RING, n + k + 1)
     call.wait(right, _RING, 2 * n - 1, "(end of the ring)")
 
@@ -322,8 +332,6 @@ def _tree(call: _Call, d, s, ufunc, in_place) -> None:
     chunks = [[slice(lo, min(lo + per_chunk, hi)) for lo in range(start, hi, per_chunk)]
               for start, hi in ranges]
     words = ((_UP0, _DOWN0), (_UP1, _DOWN1))
-    peers = {rank: call.on(rank, d, "dest") for tree in trees
-             for rank in (*tree.children, tree.parent) if rank >= 0}
     rounds = max(len(c) for c in chunks)
     for i in range(rounds):                      # reduce up both trees
         for t, tree in enumerate(trees):
@@ -332,7 +340,7 @@ def _tree(call: _Call, d, s, ufunc, in_place) -> None:
             c, (up, down) = chunks[t][i], words[t]
             for child in tree.children:
                 call.wait(child, up, i + 1, f"(tree {t} reduce, chunk {i})")
-            _reduce_into(d[c], [s[c], *(peers[child][c] for child in tree.children)], ufunc)
+            _reduce_into(d[c], [s[c], *(call.on(child, d[c], "dest") for child in tree.children)], ufunc)
             call.publish(up, i + 1)
             if tree.parent < 0:
                 call.publish(down, i + 1)
@@ -342,7 +350,7 @@ def _tree(call: _Call, d, s, ufunc, in_place) -> None:
                 continue
             c, (_, down) = chunks[t][i], words[t]
             call.wait(tree.parent, down, i + 1, f"(tree {t} broadcast, chunk {i})")
-            np.copyto(d[c], peers[tree.parent][c])
+            np.copyto(d[c], call.on(tree.parent, d[c], "dest"))
             call.publish(down, i + 1)
     for t, tree in enumerate(trees):             # children have read my dest
         for child in tree.children if chunks[t] else ():

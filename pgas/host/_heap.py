@@ -157,9 +157,7 @@ class SymmetricHeap:
         offset = self.offset_of(arr, fn, what)
         peer = self.views[pe]
         if peer is None:
-            raise PgasError(
-                f"{fn}: PE {pe} is on another node: it has no load/store path from this PE, and "
-                "remote transports are not available in this version of pgas")
+            raise PgasError(f"{fn}: PE {pe} is on another node: it has no load/store path from this PE")
         return np.ndarray(arr.shape, arr.dtype, buffer=peer, offset=offset, strides=arr.strides)
 
     def array_at(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:

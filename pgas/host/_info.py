@@ -12,12 +12,6 @@ from ._runtime import runtime
 __all__ = ["info"]  # main is the pgas-info entry point, not API
 
 
-def _transport(rt, pe: int) -> str:
-    if pe == rt.my_pe:
-        return "self"
-    return "p2p" if rt.heap.reachable(pe) else "unreachable (no remote transport yet)"
-
-
 def info() -> dict:
     """Version, backend, heap size and use, and the transport to each PE."""
     rt = runtime("pgas.info")
@@ -30,7 +24,8 @@ def info() -> dict:
         "heap_size": rt.allocator.size,
         "heap_used": rt.allocator.bytes_used,
         "heap_free": rt.allocator.bytes_free,
-        "transports": {pe: _transport(rt, pe) for pe in range(rt.n_pes)},
+        "transports": dict(enumerate(rt.transports.kinds)),
+        "memory_regions": rt.transports.regions(),
     }
     if rt.on_gpu:
         facts["gpu"] = rt.heap.device   # the device index this PE uses (among the visible ones)
@@ -42,8 +37,8 @@ def main(argv=None) -> int:
     argparse.ArgumentParser(prog="pgas-info", description=main.__doc__).parse_args(argv)
     print(f"pgas {__version__}")
     print(f"backend: {backend_name()} (PGAS_BACKEND={setting('PGAS_BACKEND')})")
-    print("transports: p2p (load/store between the PEs of a node); "
-          "remote transports (ibgda, proxy): not in this version")
+    print("transports: p2p (load/store between the PEs of a node); to PEs on other nodes: "
+          f"{setting('PGAS_REMOTE_TRANSPORT')} (PGAS_REMOTE_TRANSPORT), through the emulated NIC")
     print(f"symmetric heap per PE: {setting('PGAS_SYMMETRIC_SIZE')} bytes")
     print("environment:")
     for var in VARIABLES.values():

@@ -133,8 +133,13 @@ def free(a) -> None:
 
 
 def peer_array(a, pe: int):
-    """A view of PE ``pe``'s copy of symmetric array ``a`` (same node only)."""
-    rt = runtime("pgas.peer_array")
-    pe = check_pe("pgas.peer_array", pe, rt.n_pes)
-    data = as_ndarray(a, "pgas.peer_array", "a")
-    return _device_array(rt.heap.view_on(pe, data, "pgas.peer_array", "a"))
+    """A view of PE ``pe``'s copy of symmetric array ``a`` (same node only: PgasError for a
+    PE on another node, which has no load/store path; use put/get there)."""
+    fn = "pgas.peer_array"
+    rt = runtime(fn)
+    pe = check_pe(fn, pe, rt.n_pes)
+    data = as_ndarray(a, fn, "a")
+    if not rt.heap.reachable(pe):
+        raise PgasError(f"{fn}: PE {pe} is on another node: its memory has no load/store path from "
+                        f"this PE (transport {rt.transports.kinds[pe]!r}); use pgas.put/pgas.get")
+    return _device_array(rt.heap.view_on(pe, data, fn, "a"))

@@ -16,13 +16,15 @@ from ._runtime import Runtime, runtime
 __all__ = ["put", "get", "quiet"]
 
 
-def _copy(rt: Runtime, dst, src, nelems: int, stream, fn: str) -> None:
-    """Copy the first ``nelems`` elements of contiguous ``src`` into contiguous ``dst``."""
+def _copy(rt: Runtime, pe: int, to_peer: bool, sym, other, nelems: int, stream, fn: str) -> None:
+    """Copy the first ``nelems`` elements between contiguous ``other`` (local) and PE ``pe``'s
+    copy of contiguous symmetric ``sym``: into it when ``to_peer``, else out of it."""
     if rt.on_gpu:
         from . import _gpu_ops
-        _gpu_ops.copy(dst, src, nelems, stream, fn)
+        theirs = rt.heap.view_on(pe, sym, fn, "dest" if to_peer else "src")
+        _gpu_ops.copy(*((theirs, other) if to_peer else (other, theirs)), nelems, stream, fn)
     else:
-        np.copyto(dst.reshape(-1)[:nelems], src.reshape(-1)[:nelems])
+        rt.transports.copy(fn, pe, to_peer, sym.reshape(-1), 1, other.reshape(-1), 1, 0, nelems, False)
 
 
 def _contiguous_source(fn: str, src):
@@ -47,7 +49,8 @@ def put(dest, src, pe: int, stream=None) -> None:
     check_dtypes_match(fn, d, s)
     check_contiguous(fn, "dest", d)
     check_fits(fn, "dest", d, s.size, "put copies src.size elements")
-    _copy(rt, rt.heap.view_on(pe, d, fn, "dest"), _contiguous_source(fn, s), s.size, stream, fn)
+    rt.heap.offset_of(d, fn, "dest")
+    _copy(rt, pe, True, d, _contiguous_source(fn, s), s.size, stream, fn)
 
 
 def get(dest, src, pe: int, stream=None) -> None:
@@ -60,18 +63,20 @@ def get(dest, src, pe: int, stream=None) -> None:
     check_contiguous(fn, "dest", d)
     check_contiguous(fn, "src", s)
     check_fits(fn, "src", s, d.size, "get copies dest.size elements")
-    _copy(rt, d, rt.heap.view_on(pe, s, fn, "src"), d.size, stream, fn)
+    rt.heap.offset_of(s, fn, "src")
+    _copy(rt, pe, False, s, d, d.size, stream, fn)
 
 
 def quiet(stream=None) -> None:
     """Complete every RMA this PE issued from the host.
 
     On the cuda backend: everything queued on ``stream`` (with a fence at system scope),
-    or all of this PE's GPU work when no stream is given. Host copies on the simulator
-    backend are complete when they return, so there it only checks that pgas is
-    initialized.
+    or all of this PE's GPU work when no stream is given. On the simulator backend: every
+    operation this PE's threads issued to PEs on other nodes (through the NIC).
     """
     rt = runtime("pgas.quiet")
     if rt.on_gpu:
         from . import _gpu_ops
         _gpu_ops.quiet(stream, "pgas.quiet")
+    else:
+        rt.transports.quiet("pgas.quiet")

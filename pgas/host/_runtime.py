@@ -19,6 +19,7 @@ from ._allocator import HeapAllocator
 from ._bootstrap import Bootstrap, bootstrap
 from ._heap import SymmetricHeap
 from ._team_table import predefined_teams
+from ._transport import Transports
 
 __all__ = ["init", "finalize", "is_initialized", "my_pe", "n_pes", "backend"]
 
@@ -43,6 +44,8 @@ class Runtime:
     collective_calls: list = field(init=False)
     # Per team slot: the bound progress-word accessors of host collectives (built lazily).
     collective_cache: dict = field(init=False, default_factory=dict)
+    # How this PE reaches each PE (load/store or the NIC); set by init once the heap is up.
+    transports: Transports | None = field(init=False, default=None)
 
     def __post_init__(self):
         n = self.boot.n_pes
@@ -162,10 +165,12 @@ def init(comm=None) -> None:
     boot = bootstrap(comm)
     heap = heap_class(boot, size, timeout)
     try:
-        _runtime = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
+        rt = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
+        rt.transports = Transports(boot, heap, timeout)
     except Exception:
         heap.close()
         raise
+    _runtime = rt
     if boot.n_pes > 1:
         sys.excepthook, sys.exit = _report_and_abort, _exit_ending_job
     wait_all(boot.comm, "pgas.init")
@@ -175,7 +180,9 @@ def finalize() -> None:
     """Leave the job: a barrier, then release the heap (collective)."""
     global _runtime, _finalized_once
     rt = runtime("pgas.finalize")
-    wait_all(rt.boot.comm, "pgas.finalize")
+    rt.transports.quiet("pgas.finalize")
+    wait_all(rt.boot.comm, "pgas.finalize")   # after it nobody sends this PE's NIC requests
+    rt.transports.close()
     rt.heap.close()
     for team in rt.teams[2:]:
         if team is not None:

@@ -27,14 +27,14 @@ def put_signal(dest, src, signal, value, sig_op, pe: int, stream=None) -> None:
     check_signal(fn, word)
     check_sig_op(fn, sig_op)
     word = word.reshape(-1)[:1]
-    remote = rt.heap.view_on(pe, word, fn, "signal")
+    rt.heap.offset_of(word, fn, "signal")
     put(dest, src, pe, stream)
     if rt.on_gpu:
         from . import _gpu_ops
         _gpu_ops.signal_op(word, value, sig_op, pe, stream, fn)
         return
-    _cpu_atomics.fence()
-    _cpu_atomics.rmw(remote, "xchg" if sig_op == SIGNAL_SET else "add", value, fn, "signal")
+    _cpu_atomics.fence()   # (through the NIC, requests to one PE are applied in order)
+    rt.transports.rmw(fn, pe, word, "xchg" if sig_op == SIGNAL_SET else "add", value, "signal")
 
 
 def signal_wait_until(signal, cmp, value, stream=None):

@@ -1,0 +1,196 @@
+"""Routing: the one place that decides how this PE reaches each PE.
+
+Every device function and host call that touches another PE's memory goes through
+``Transports``: its peer's heap mapped here (``self``/``p2p``: loads, stores and CPU
+atomics on the mapping), or the NIC (``proxy``: requests to the CPU proxy, which posts
+WQEs to the emulated NIC). Callers name the target by their own copy of the symmetric
+array (same offset on every PE) and never ask which path is taken.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _cpu_atomics
+from .._env import setting
+from .._errors import PgasError
+from . import _proxy as proxy
+from ._nic import ACCESS_LOCAL, ACCESS_REMOTE, Nic
+
+__all__ = ["Transports", "REMOTE_TRANSPORTS"]
+
+REMOTE_TRANSPORTS = ("proxy",)       # the ibgda path builds on the same NIC (docs/transports.md)
+_AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or": proxy.AMO_OR,
+        "xor": proxy.AMO_XOR}
+
+
+class Transports:
+    """How this PE reaches each PE; ``kinds[pe]`` is ``self``, ``p2p`` or ``proxy``."""
+
+    def __init__(self, boot, heap, timeout: float):
+        self.heap = heap
+        self.my_pe = boot.my_pe
+        remote = [pe for pe in range(boot.n_pes) if not heap.reachable(pe)]
+        self.kinds = ["self" if pe == boot.my_pe else "p2p" if heap.reachable(pe) else "unreachable"
+                      for pe in range(boot.n_pes)]
+        self.nic = self.proxy = self.heap_region = None
+        if heap.device_arrays:
+            return      # cuda: PEs on other nodes stay unreachable (docs/transports.md, the GPU side)
+        self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
+        if remote and self.remote_transport not in REMOTE_TRANSPORTS:
+            raise PgasError(f"PGAS_REMOTE_TRANSPORT={self.remote_transport}: the GPU-initiated NIC path is "
+                            "not in this version of pgas; use PGAS_REMOTE_TRANSPORT=proxy (the default)")
+        self.nic = Nic(boot.comm, boot.my_pe)
+        self.heap_region = self.nic.register(heap.views[boot.my_pe], ACCESS_REMOTE)
+        self.nic.connect(self.heap_region, remote)
+        if remote:
+            self.proxy = proxy.Proxy(self.nic, timeout)
+        for pe in remote:
+            self.kinds[pe] = self.remote_transport
+
+    def close(self) -> None:
+        """Stop the proxy and the NIC (every PE must be done with this one: after a barrier)."""
+        if self.proxy is not None:
+            self.proxy.close()
+        if self.nic is not None:
+            self.nic.deregister(self.heap_region)
+            self.nic.close()
+        self.proxy = self.nic = None
+
+    def regions(self) -> list[dict]:
+        """The registered memory regions, for ``pgas.info()``."""
+        if self.nic is None:
+            return []
+        return [{"pe": pe, "base": hex(r.base), "size": r.size, "rkey": hex(r.rkey),
+                 **({"lkey": hex(self.heap_region.lkey)} if pe == self.my_pe else {})}
+                for pe, r in enumerate(self.nic.remote)]
+
+    # Helpers ------------------------------------------------------------------------
+
+    def _remote(self, fn: str, pe: int) -> bool:
+        """True when PE ``pe`` is reached through the NIC; PgasError if not at all."""
+        kind = self.kinds[pe]
+        if kind == "unreachable":
+            raise PgasError(f"{fn}: PE {pe} is on another node and the cuda backend has no remote "
+                            "transport yet (docs/transports.md); run on the simulator backend, or "
+                            "keep the PEs on one node")
+        return kind == "proxy"
+
+    def _raddr(self, pe: int, local: np.ndarray, fn: str, what: str) -> int:
+        """The address of symmetric ``local``'s element 0 in PE ``pe``'s registered heap."""
+        return self.nic.remote[pe].base + self.heap.offset_of(local, fn, what)
+
+    def _local_key(self, data: np.ndarray):
+        """(lkey, temporary region or None) for local bytes the NIC reads or writes: the
+        heap's own key, or a registration of just these bytes while the request lasts."""
+        address = data.__array_interface__["data"][0]
+        if self.heap_region.slice(address, data.nbytes) is not None:
+            return self.heap_region.lkey, None
+        region = self.nic.register(data.reshape(-1).view(np.uint8), ACCESS_LOCAL)
+        return region.lkey, region
+
+    # Contiguous and strided copies ------------------------------------------------------
+
+    def copy(self, fn: str, pe: int, to_peer: bool, sym: np.ndarray, sym_stride: int, other: np.ndarray,
+             other_stride: int, first: int, count: int, nbi: bool) -> None:
+        """Elements i in [first, first + count): ``to_peer``: ``other[i*other_stride]`` into
+        PE ``pe``'s ``sym[i*sym_stride]``; else the reverse. Flat arrays; ``sym`` symmetric."""
+        if count <= 0:
+            return
+        s = sym[first * sym_stride:(first + count - 1) * sym_stride + 1:sym_stride]
+        o = other[first * other_stride:(first + count - 1) * other_stride + 1:other_stride]
+        if not self._remote(fn, pe):
+            theirs = self.heap.view_on(pe, s, fn, "dest" if to_peer else "src")
+            if to_peer:
+                np.copyto(theirs, o)
+            else:
+                np.copyto(o, theirs)
+            return
+        pieces = [(s, o)] if s.flags.c_contiguous and o.flags.c_contiguous else \
+            [(s[i:i + 1], o[i:i + 1]) for i in range(count)]
+        tickets = []
+        for remote_part, local_part in pieces:
+            lkey, temporary = self._local_key(local_part)
+            op = proxy.PUT if to_peer else proxy.GET
+            tickets.append((self.proxy.submit(fn, op, pe, self._raddr(pe, remote_part, fn, "dest"),
+                                              laddr=local_part.__array_interface__["data"][0], lkey=lkey,
+                                              nbytes=local_part.nbytes, waited=not nbi or temporary is not None),
+                            temporary))
+        for ticket, temporary in tickets:
+            if not nbi or temporary is not None:
+                try:
+                    self.proxy.wait(fn, ticket)
+                finally:
+                    if temporary is not None:
+                        self.nic.deregister(temporary)
+
+    def read(self, fn: str, pe: int, local: np.ndarray, what: str) -> np.ndarray:
+        """PE ``pe``'s copy of contiguous symmetric ``local``: a view where mapped, else fetched."""
+        if not self._remote(fn, pe):
+            return self.heap.view_on(pe, local, fn, what)
+        out = np.empty_like(local)
+        flat = local.reshape(-1)
+        self.copy(fn, pe, False, flat, 1, out.reshape(-1), 1, 0, flat.size, False)
+        return out
+
+    # Single words --------------------------------------------------------------------
+
+    def store(self, fn: str, pe: int, word: np.ndarray, value, what: str, release: bool) -> None:
+        """PE ``pe``'s ``word[0] = value`` (``release``: ordered after this thread's earlier
+        stores to it, for flags); on the NIC an inline write, complete at ``quiet``."""
+        if not self._remote(fn, pe):
+            theirs = self.heap.view_on(pe, word[:1], fn, what)
+            if release:
+                _cpu_atomics.store_release(theirs, value, fn, what)
+            else:
+                theirs[0] = value
+            return
+        item = word[:1]
+        raddr = self._raddr(pe, item, fn, what)
+        bits = np.array([value], item.dtype)
+        if item.itemsize <= 8:
+            self.proxy.submit(fn, proxy.PUT_INLINE, pe, raddr, size=item.itemsize, nbytes=item.itemsize,
+                              value=int.from_bytes(bits.tobytes(), "little"), waited=False)
+        else:
+            self.copy(fn, pe, True, item, 1, bits, 1, 0, 1, False)
+
+    def load(self, fn: str, pe: int, word: np.ndarray, what: str, acquire: bool):
+        """PE ``pe``'s ``word[0]`` (``acquire``: later loads see what was stored before it)."""
+        if not self._remote(fn, pe):
+            theirs = self.heap.view_on(pe, word[:1], fn, what)
+            return _cpu_atomics.load_acquire(theirs, fn, what) if acquire else theirs[0]
+        return self.read(fn, pe, word[:1], what)[0]
+
+    def rmw(self, fn: str, pe: int, word: np.ndarray, op: str, value, what: str, fetch: bool = True):
+        """Atomic ``op`` (one of _cpu_atomics.RMW_OPS) on PE ``pe``'s ``word[0]``; the old value."""
+        if not self._remote(fn, pe):
+            return _cpu_atomics.rmw(self.heap.view_on(pe, word[:1], fn, what), op, value, fn, what)
+        _cpu_atomics.check_word(word, fn, what, op)
+        return self._atomic(fn, pe, word, _AMO[op], value, 0, what, fetch)
+
+    def compare_swap(self, fn: str, pe: int, word: np.ndarray, cond, value, what: str):
+        if not self._remote(fn, pe):
+            return _cpu_atomics.compare_swap(self.heap.view_on(pe, word[:1], fn, what), cond, value, fn, what)
+        _cpu_atomics.check_word(word, fn, what, "cas")
+        return self._atomic(fn, pe, word, proxy.AMO_CAS, value, cond, what, True)
+
+    def atomic_load(self, fn: str, pe: int, word: np.ndarray, what: str):
+        """An atomic read of PE ``pe``'s ``word[0]`` (acquire)."""
+        if not self._remote(fn, pe):
+            return _cpu_atomics.load_acquire(self.heap.view_on(pe, word[:1], fn, what), fn, what)
+        _cpu_atomics.check_word(word, fn, what, "load")
+        return self._atomic(fn, pe, word, proxy.AMO_FETCH, 0, 0, what, True)
+
+    def _atomic(self, fn, pe, word, op, value, cond, what, fetch):
+        item = word[:1]
+        raddr = self._raddr(pe, item, fn, what)
+        ticket = self.proxy.submit(fn, op, pe, raddr, size=item.itemsize, nbytes=item.itemsize,
+                                   value=_cpu_atomics.as_bits(item.dtype, value),
+                                   compare=_cpu_atomics.as_bits(item.dtype, cond), waited=fetch)
+        if fetch:
+            return _cpu_atomics.from_bits(item.dtype, self.proxy.wait(fn, ticket))
+        return None
+
+    def quiet(self, fn: str) -> None:
+        """Complete every operation this PE issued through the NIC."""
+        if self.proxy is not None:
+            self.proxy.quiet(fn)
