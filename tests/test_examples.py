@@ -54,3 +54,20 @@ def test_atomic_counter(n, clean_shm):
     line = next(line for line in proc.stdout.splitlines() if line.startswith("PE 0: all"))
     assert line.startswith(f"PE 0: all 2000 items done exactly once by {n} PEs (items per PE: ")
     assert sum(int(k) for k in line.split(": ")[-1].rstrip(")").split(", ")) == 2000
+
+
+EXAMPLE_CHECKS = {
+    "shift.py": lambda n, out: all(f"PE {pe} received {(pe - 1) % n}" in out for pe in range(n)),
+    "ring.py": lambda n, out: f"carrying {n * (n - 1) // 2} (expected {n * (n - 1) // 2})" in out,
+    "ring_allreduce.py": lambda n, out: f"over {n} PEs matches numpy on every PE" in out,
+    "atomic_counter.py": lambda n, out: f"all 2000 items done exactly once by {n} PEs" in out,
+}
+
+
+@pytest.mark.parametrize("per_node", [1, 2])
+@pytest.mark.parametrize("example", sorted(EXAMPLE_CHECKS))
+def test_examples_across_emulated_nodes(example, per_node, clean_shm):
+    """Every example on 4 PEs as nodes of 1 (all through the NIC) and of 2 (mixed)."""
+    proc = pgasrun(4, "python", f"examples/{example}", options=["--pes-per-node", str(per_node)])
+    assert proc.returncode == 0, proc.stderr
+    assert EXAMPLE_CHECKS[example](4, proc.stdout), proc.stdout

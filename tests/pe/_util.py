@@ -44,3 +44,9 @@ def heap_offset(a) -> int:
     from pgas.host._memory import as_ndarray
     from pgas.host._runtime import runtime
     return runtime("test").heap.offset_of(as_ndarray(a, "test", "a"), "test", "a")
+
+
+def node_pes() -> list[int]:
+    """The PEs on this PE's node (emulated nodes included), this one among them."""
+    node_of = pgas.info()["node_of_pe"]
+    return [pe for pe in range(pgas.n_pes()) if node_of[pe] == node_of[pgas.my_pe()]]

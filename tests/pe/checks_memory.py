@@ -2,7 +2,8 @@
 import numpy as np
 
 import pgas
-from _util import heap_offset, ring_neighbours, world
+import pytest
+from _util import heap_offset, node_pes, world
 
 
 def check_same_offset_on_every_pe_and_aligned():
@@ -36,8 +37,12 @@ def check_copy_to_device_and_host_roundtrip():
 
 
 def check_peer_array_sees_the_peer_copy():
-    me, n, right, left = ring_neighbours()
+    me, node = pgas.my_pe(), node_pes()
+    right, left = (node[(node.index(me) + k) % len(node)] for k in (1, -1))   # neighbours on this node
     a = pgas.full(4, me, np.int32)
+    for pe in set(range(pgas.n_pes())) - set(node):
+        with pytest.raises(pgas.PgasError, match=f"pgas.peer_array: PE {pe} is on another node"):
+            pgas.peer_array(a, pe)
     pgas.barrier_all()
     view = pgas.peer_array(a, right)
     assert np.all(view.copy_to_host() == right)
@@ -66,4 +71,8 @@ def check_info_reports_backend_heap_and_transports():
     assert info["n_pes"] == n and info["my_pe"] == me
     assert info["heap_size"] == 256 << 20 and 0 < info["heap_used"] < info["heap_size"]
     assert info["transports"][me] == "self"
-    assert all(info["transports"][pe] == "p2p" for pe in range(n) if pe != me)
+    node = node_pes()
+    assert all(info["transports"][pe] == ("p2p" if pe in node else "proxy") for pe in range(n) if pe != me)
+    regions = info["memory_regions"]    # every PE's registered heap, as exchanged at init
+    assert [r["pe"] for r in regions] == list(range(n)) and all(r["size"] == 256 << 20 for r in regions)
+    assert len({r["rkey"] for r in regions}) == n and "lkey" in regions[me]

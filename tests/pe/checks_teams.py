@@ -5,6 +5,7 @@ from numba import cuda
 
 import pgas
 import pgas.device as dev
+from _util import node_pes
 
 
 @cuda.jit
@@ -86,8 +87,9 @@ def check_predefined_teams():
     me, n = pgas.my_pe(), pgas.n_pes()
     assert pgas.team_my_pe(pgas.TEAM_WORLD) == me and pgas.team_n_pes(pgas.TEAM_WORLD) == n
     assert pgas.TEAM_SHARED == pgas.TEAM_NODE
-    assert pgas.team_n_pes(pgas.TEAM_NODE) == n     # one node in this suite
-    assert pgas.team_translate_pe(pgas.TEAM_NODE, me, pgas.TEAM_WORLD) == me
+    node = node_pes()     # all PEs, or those of this emulated node
+    assert pgas.team_n_pes(pgas.TEAM_NODE) == len(node) and pgas.team_my_pe(pgas.TEAM_NODE) == node.index(me)
+    assert [pgas.team_translate_pe(pgas.TEAM_NODE, r, pgas.TEAM_WORLD) for r in range(len(node))] == node
     out = np.zeros(4, np.int64)
     team_query_kernel[1, 1](pgas.TEAM_WORLD, out)
     assert out.tolist() == [me, n, 0, me]

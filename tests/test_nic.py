@@ -1,0 +1,217 @@
+"""The emulated NIC: the mlx5 WQE/CQE layout byte by byte, the masked atomics, and
+requests the target must refuse (forged keys, addresses outside the registered heap)."""
+import struct
+
+import numpy as np
+import pytest
+
+from conftest import pe_lines, pgasrun
+from pgas.host import _mlx5 as mlx5
+from pgas.host import _proxy as proxy
+from pgas.host._nic import apply_atomic
+
+
+def _be(fmt, data, offset):
+    return struct.unpack_from(">" + fmt, data, offset)[0]
+
+
+def test_rdma_write_wqe_is_byte_exact():
+    sq = np.zeros((16, mlx5.BB), np.uint8)
+    blocks = mlx5.write_wqe(sq, 5, 0x123, mlx5.OP_RDMA_WRITE, 0x1122334455667788, 0xCAFEF00D,
+                            lkey=0xABCD1234, laddr=0x7F0000001000, nbytes=4096)
+    raw = sq[5].tobytes()
+    assert blocks == 1
+    assert _be("I", raw, 0) == (5 << 8) | 0x08                 # opmod 0 | wqe index | opcode
+    assert _be("I", raw, 4) == (0x123 << 8) | 3                 # qpn | ds (ctrl + raddr + data)
+    assert raw[11] == mlx5.CQ_UPDATE
+    assert _be("Q", raw, 16) == 0x1122334455667788 and _be("I", raw, 24) == 0xCAFEF00D
+    assert (_be("I", raw, 32), _be("I", raw, 36), _be("Q", raw, 40)) == (4096, 0xABCD1234, 0x7F0000001000)
+    assert raw[16:24] == bytes.fromhex("1122334455667788")      # big-endian on the wire
+    wqe = mlx5.read_wqe(sq, 5)
+    assert (wqe.opcode, wqe.index, wqe.qpn, wqe.ds, wqe.rkey, wqe.lkey, wqe.nbytes) == (
+        mlx5.OP_RDMA_WRITE, 5, 0x123, 3, 0xCAFEF00D, 0xABCD1234, 4096)
+
+
+def test_inline_and_atomic_wqes():
+    sq = np.zeros((8, mlx5.BB), np.uint8)
+    mlx5.write_wqe(sq, 0, 7, mlx5.OP_RDMA_WRITE, 0x1000, 9, inline=b"\x01\x02\x03\x04\x05\x06\x07\x08")
+    raw = sq[0].tobytes()
+    assert _be("I", raw, 4) & 0xFF == 3 and _be("I", raw, 32) == 8 | 0x80000000
+    assert raw[36:44] == bytes(range(1, 9)) and mlx5.read_wqe(sq, 0).inline == bytes(range(1, 9))
+    mlx5.write_wqe(sq, 1, 7, mlx5.OP_ATOMIC_FA, 0x2000, 9, lkey=3, laddr=0x5000, operands=(42, 0))
+    raw = sq[1].tobytes()
+    assert _be("I", raw, 0) == (1 << 8) | 0x12 and _be("I", raw, 4) & 0xFF == 4
+    assert _be("Q", raw, 32) == 42 and (_be("I", raw, 48), _be("I", raw, 52), _be("Q", raw, 56)) == (8, 3, 0x5000)
+    mlx5.write_wqe(sq, 2, 7, mlx5.OP_MASKED_FA, 0x2000, 9, opmod=mlx5.OPMOD_EXT_ATOMIC_4, lkey=3,
+                   laddr=0x5000, operands=(5, 0))
+    raw = sq[2].tobytes()
+    assert _be("I", raw, 0) == (0x08 << 24) | (2 << 8) | 0x15 and _be("I", raw, 32) == 5
+    assert _be("I", raw, 48) == 4                               # a 4-byte fetched value
+    # the 8-byte masked compare-swap takes two basic blocks, here wrapping round the queue
+    blocks = mlx5.write_wqe(sq, 7, 7, mlx5.OP_MASKED_CS, 0x3000, 9, opmod=mlx5.OPMOD_EXT_ATOMIC_8, lkey=3,
+                            laddr=0x6000, operands=(1, 2, 3, 4))
+    assert blocks == 2 and _be("I", sq[7].tobytes(), 4) & 0xFF == 5
+    assert [_be("Q", sq[7].tobytes(), 32 + 8 * k) for k in range(4)] == [1, 2, 3, 4]
+    assert (_be("I", sq[0].tobytes(), 0), _be("Q", sq[0].tobytes(), 8)) == (8, 0x6000)   # data seg, wrapped
+    wqe = mlx5.read_wqe(sq, 7)
+    assert wqe.blocks == 2 and wqe.operands == (1, 2, 3, 4) and wqe.laddr == 0x6000 and wqe.atomic_size == 8
+
+
+def test_cqe_owner_bit_and_errors():
+    cq = mlx5.empty_cq(2)
+    assert mlx5.read_cqe(cq, 0) is None
+    mlx5.write_cqe(cq, 0, 0x101, 17)
+    mlx5.write_cqe(cq, 1, 0x101, 18, syndrome=mlx5.SYNDROME_REMOTE_ACCESS)
+    assert mlx5.read_cqe(cq, 0) == (0x101, 17, 0) and mlx5.read_cqe(cq, 1) == (0x101, 18, 0x13)
+    assert cq[1, 63] >> 4 == 13 and _be("H", cq[0].tobytes(), 60) == 17
+    assert mlx5.read_cqe(cq, 2) is None                          # old pass: owner bit not flipped yet
+    mlx5.write_cqe(cq, 2, 0x101, 19)
+    assert mlx5.read_cqe(cq, 2) == (0x101, 19, 0)
+
+
+def _expected(op, old, value, cond, bits):
+    mask = (1 << bits) - 1
+    return {proxy.AMO_ADD: (old + value) & mask, proxy.AMO_AND: old & value, proxy.AMO_OR: old | value,
+            proxy.AMO_XOR: old ^ value, proxy.AMO_SWAP: value, proxy.AMO_FETCH: old,
+            proxy.AMO_CAS: value if old == cond else old}[op]
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint64])
+@pytest.mark.parametrize("op", [proxy.AMO_ADD, proxy.AMO_AND, proxy.AMO_OR, proxy.AMO_XOR, proxy.AMO_SWAP,
+                                proxy.AMO_FETCH, proxy.AMO_CAS])
+def test_every_atomic_request_maps_to_the_mlx5_atomic_that_does_it(op, dtype):
+    """The proxy's encoding (standard or masked atomics) applied by the target's NIC."""
+    bits = np.dtype(dtype).itemsize * 8
+    rng = np.random.default_rng(op)
+    for old, value in [(0b1100, 0b1010), (2 ** bits - 1, 1), *rng.integers(0, 2 ** bits - 1, (20, 2), dtype=dtype)]:
+        for cond in (int(old), int(old) ^ 1):
+            word = np.array([old], dtype)
+            opcode, opmod, operands = proxy.atomic_wqe(op, bits // 8, int(value), cond)
+            fetched = apply_atomic(word, opcode, list(operands), bits // 8)
+            assert fetched == old
+            assert int(word[0]) == _expected(op, int(old), int(value), cond, bits), (op, old, value, cond)
+
+
+FORGED = r"""
+import numpy as np
+import pgas, pgas.device as dev
+from numba import cuda
+from pgas.host import _mlx5 as mlx5, _proxy as proxy
+from pgas.host._nic import RemoteRegion
+from pgas.host._memory import as_ndarray
+from pgas.host._runtime import runtime
+
+@cuda.jit
+def p_kernel(dest, pe):
+    dev.p(dest[3:], 99, pe)
+    dev.quiet()
+
+pgas.init()
+me = pgas.my_pe()
+rt = runtime("test")
+nic, px, heap_lkey = rt.transports.nic, rt.transports.proxy, rt.transports.heap_region.lkey
+canary = pgas.full(16, 7, np.int64)
+mine = as_ndarray(canary, "test", "canary")
+offset = rt.heap.offset_of(mine, "test", "canary")
+pgas.barrier_all()
+if me == 0:
+    remote = nic.remote[1]
+    local = mine.__array_interface__["data"][0]
+    def refused(why, op, raddr, nbytes=8, lkey=heap_lkey, size=8):
+        ticket = px.submit("forged", op, 1, raddr, laddr=local, lkey=lkey, nbytes=nbytes, size=size)
+        try:
+            px.wait("forged", ticket)
+        except pgas.PgasError as e:
+            text = str(e)
+            assert why in text and "to PE 1" in text and f"{raddr:#x}" in text, text
+            return
+        raise AssertionError(f"not refused: {why}")
+    refused("remote access error", proxy.PUT, remote.base + remote.size - 8, nbytes=64)   # runs past the end
+    refused("remote access error", proxy.PUT, remote.base - 64, nbytes=64)               # below the heap
+    refused("remote access error", proxy.GET, remote.base + remote.size, nbytes=8)
+    refused("remote access error", proxy.AMO_ADD, remote.base + remote.size)
+    refused("remote invalid request", proxy.AMO_ADD, remote.base + offset + 4)          # misaligned
+    refused("local protection error", proxy.PUT, remote.base + offset, lkey=heap_lkey ^ 0x77)
+    nic.remote[1] = RemoteRegion(remote.base, remote.size, remote.rkey ^ 0x5A5A)         # a forged rkey
+    refused("remote access error", proxy.PUT, remote.base + offset, nbytes=64)
+    nic.remote[1] = remote
+    px.submit("forged", proxy.PUT, 1, remote.base + remote.size, laddr=local, lkey=heap_lkey, nbytes=8,
+              waited=False)                                                            # non-blocking: at quiet
+    try:
+        pgas.quiet()
+        raise AssertionError("a refused non-blocking put must fail quiet")
+    except pgas.PgasError as e:
+        assert "remote access error" in str(e), e
+    # the WQE a device p wrote: an inline RDMA write to PE 1's copy, keys and address from init
+    p_kernel[1, 1](canary, 1)
+    qp = nic.qps[1]
+    wqe = mlx5.read_wqe(qp.sq, px._producer[qp.qpn] - 1)
+    assert (wqe.opcode, wqe.qpn, wqe.ds, wqe.signaled) == (mlx5.OP_RDMA_WRITE, qp.qpn, 3, True), wqe
+    assert wqe.rkey == remote.rkey and wqe.raddr == remote.base + offset + 24, wqe
+    assert wqe.inline == np.int64(99).tobytes(), wqe
+pgas.barrier_all()
+expected = [7] * 16
+if me == 1:
+    expected[3] = 99
+assert canary.copy_to_host().tolist() == expected, canary.copy_to_host()      # nothing else written
+assert not rt.heap.views[me][-64:].any()       # the end of the heap, where the forged put aimed
+pgas.finalize()
+print("ok")
+"""
+
+
+def test_forged_and_out_of_range_requests_are_refused(tmp_path, clean_shm):
+    script = tmp_path / "forged.py"
+    script.write_text(FORGED)
+    proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"])
+    assert proc.returncode == 0, proc.stderr
+    assert pe_lines(proc) == ["[0] ok", "[1] ok"]
+
+
+SILENT_PEER = r"""
+import os, signal, sys, time
+import numpy as np
+import pgas, pgas.device as dev
+from numba import cuda
+
+@cuda.jit
+def read_kernel(a, out, pe):
+    out[0] = dev.g(a, pe)
+
+pgas.init()
+me = pgas.my_pe()
+a = pgas.zeros(4, np.int64)
+pgas.barrier_all()
+if me == 2:
+    if sys.argv[1] == "stops":
+        os.kill(os.getpid(), signal.SIGSTOP)    # alive but silent: its NIC answers nothing
+    os._exit(3)                                  # dies
+if me == 0:
+    time.sleep(0.5)
+    read_kernel[1, 1](a, np.zeros(1, np.int64), 2)
+pgas.barrier_all()
+"""
+
+
+@pytest.mark.parametrize("how", ["stops", "dies"])
+def test_a_remote_peer_that_stops_or_dies_ends_the_run(tmp_path, clean_shm, how):
+    """Waiting on a silent remote peer fails at PGAS_TIMEOUT naming the operation and the
+    PE; a dying one ends the run at once, named."""
+    script = tmp_path / "silent.py"
+    script.write_text(SILENT_PEER)
+    proc = pgasrun(3, "python", str(script), how, options=["--pes-per-node", "1"], env={"PGAS_TIMEOUT": "3"},
+                   timeout=60)
+    assert proc.returncode != 0
+    if how == "stops":
+        assert "waited PGAS_TIMEOUT=3 s for the NIC to complete the get to PE 2" in proc.stderr, proc.stderr
+        assert "pgasrun: PE 0 raised PgasTimeoutError" in proc.stderr, proc.stderr
+    else:
+        assert "pgasrun: PE 2 exited with status 3" in proc.stderr, proc.stderr
+
+
+def test_load_many_threads_small_puts_and_atomics_across_nodes(clean_shm):
+    """The load test at a modest size (the full size: docs/benchmarks.md)."""
+    proc = pgasrun(4, "python", "-m", "pgas.bench", "nic_load", "--threads", "32", "--ops", "4",
+                   options=["--pes-per-node", "2"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("checksums ok, nothing lost or duplicated") == 4, proc.stdout
