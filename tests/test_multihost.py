@@ -27,7 +27,7 @@ def _sh(*command: str) -> None:
 
 @pytest.fixture(scope="module")
 def two_hosts(tmp_path_factory):
-    """Namespaces ``<prefix>h1`` and ``<prefix>h2`` (10.77.x.1 and .2) and the launcher script."""
+    """Namespaces ``<prefix>h1`` and ``<prefix>h2`` (10.77.x.1 and .2); (launcher script, prefix)."""
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
         pytest.skip("two emulated hosts need root, ip (iproute2) and unshare")
     prefix = f"pgas{os.getpid() % 10000}-"
@@ -52,9 +52,9 @@ def two_hosts(tmp_path_factory):
             _sh("ip", "-n", f"{prefix}h{h}", "addr", "add", f"{subnet}.{h}/24", "dev", f"{prefix}v{h}")
             _sh("ip", "-n", f"{prefix}h{h}", "link", "set", f"{prefix}v{h}", "up")
         hostexec = tmp_path_factory.mktemp("hosts") / "hostexec"
-        hostexec.write_text(HOSTEXEC.format(prefix=prefix))
+        hostexec.write_text(HOSTEXEC.replace("{prefix}", prefix))
         hostexec.chmod(0o755)
-        yield str(hostexec)
+        yield str(hostexec), prefix
     finally:
         for h in (1, 2):
             subprocess.run(["ip", "netns", "del", f"{prefix}h{h}"], capture_output=True)
@@ -62,12 +62,15 @@ def two_hosts(tmp_path_factory):
             shutil.rmtree(etc, ignore_errors=True)
 
 
-def _on_two_hosts(hostexec: str, n: int, *command: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def _on_two_hosts(hosts: tuple, n: int, *command: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """pgasrun, started on h1, with PEs on h1 and h2 (mpiexec reaches h2 through ``hostexec``)."""
+    hostexec, prefix = hosts
     env = pe_env(HYDRA_LAUNCHER="ssh", HYDRA_LAUNCHER_EXEC=hostexec)
+    on_h1 = ["ip", "netns", "exec", f"{prefix}h1", "unshare", "--uts", "sh", "-c", 'hostname h1; exec "$@"', "h1"]
     pgasrun = [sys.executable, "-m", "pgas.launcher", "-np", str(n), "--hosts", "h1,h2", "--tag-output"]
-    return subprocess.run([hostexec, "h1", *pgasrun, *command], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([*on_h1, *pgasrun, *command], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
+
 
 
 def test_shift_and_ring_between_two_hosts(two_hosts):

@@ -189,6 +189,7 @@ if me == 2:
 if me == 0:
     time.sleep(0.5)
     read_kernel[1, 1](a, np.zeros(1, np.int64), 2)
+time.sleep(2)          # PE 1 enters its barrier late: PE 0's wait on PE 2 ends first
 pgas.barrier_all()
 """
 
