@@ -42,14 +42,17 @@ class Wait:
     ``spin_s``: for that long, pause only yields the core (``sched_yield``, microseconds)
     rather than sleeping (``time.sleep(0)`` releases the GIL, which simulated threads
     need, but costs the kernel's timer slack, about 50 us). Host waits spin first.
+    ``backoff_s``: sleeps then grow exponentially up to that long (waits for the NIC).
     """
 
-    def __init__(self, fn: str, timeout: float, spin_s: float = 0.0):
+    def __init__(self, fn: str, timeout: float, spin_s: float = 0.0, backoff_s: float = 0.0):
         self.fn = fn
         self.timeout = timeout
         now = time.monotonic()
         self.deadline = now + timeout
         self.spin_until = now + spin_s
+        self.backoff_s = backoff_s      # > 0: sleeps grow from a yield up to this long
+        self._sleep = 0.0
 
     def pause(self, waiting_for) -> None:
         """``waiting_for``: text, or a function giving it (only called on timeout)."""
@@ -60,7 +63,9 @@ class Wait:
         if now > self.deadline:
             what = waiting_for() if callable(waiting_for) else waiting_for
             raise PgasTimeoutError(f"{self.fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {what}")
-        time.sleep(0)  # let whoever we wait for run (a simulated thread, or a peer on this core)
+        time.sleep(self._sleep)  # let whoever we wait for run (a simulated thread, or a peer on this core)
+        if self.backoff_s:       # many waiters (simulated threads) must not starve the one they wait for
+            self._sleep = min(self._sleep * 2 + 1e-6, self.backoff_s)
 
 
 def wait_for_value(fn: str, load, what: str, cmp, value, timeout: float):

@@ -1,6 +1,7 @@
 """Host put bandwidth to a peer, beside a local copy of the same sizes in the same run.
 
     pgasrun -np 2 python -m pgas.bench put_bw
+    pgasrun -np 2 --pes-per-node 1 python -m pgas.bench put_bw     # through the NIC (proxy)
     PGAS_BACKEND=cuda pgasrun -np 2 python -m pgas.bench put_bw     # on a GPU machine
 
 PE 0 puts into PE 1's copy of a symmetric array. The reference copies the same number of
@@ -59,6 +60,7 @@ def main(argv=None) -> None:
     dest = pgas.zeros(max(SIZES), np.uint8)
     src, local_dest, local_copy = _local_buffers(max(SIZES))
     if me == 0:
+        print(f"PE 0 -> PE 1 through {pgas.info()['transports'][1]}")
         print(f"{'size':>10} {'put GB/s':>10} {'copy GB/s':>10} {'put/copy':>9} {'put us':>9}")
     for size in SIZES:
         iterations = max(3, min(2000, (256 << 20) // size))

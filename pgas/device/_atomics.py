@@ -3,6 +3,8 @@
 Types: int32, int64, uint32, uint64; ``atomic_fetch``, ``atomic_set``, ``atomic_swap`` and
 ``atomic_compare_swap`` also float32 and float64 (compared and exchanged as bit patterns).
 Every atomic is sequentially consistent and atomic with respect to atomics of every PE.
+The non-fetching forms (``atomic_set``, ``atomic_inc``, ``atomic_add``, ...) to a PE on
+another node return once the NIC has the request; they are complete at ``quiet``.
 Integer results wrap as on the GPU (``atomic_add(u64, -1)`` subtracts one).
 """
 from __future__ import annotations
@@ -23,13 +25,13 @@ def atomic_fetch(dest, pe):
 def atomic_set(dest, value, pe):
     """atomic_set(dest, value, pe): atomically write ``value`` to PE ``pe``'s ``dest[0]``."""
     fn = "pgas.device.atomic_set"
-    _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_XCHG, value, "dest")
+    _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_XCHG, value, "dest", False)
 
 
 def atomic_swap(dest, value, pe):
     """atomic_swap(dest, value, pe) -> old: write ``value``, return what was there."""
     fn = "pgas.device.atomic_swap"
-    return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_XCHG, value, "dest")
+    return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_XCHG, value, "dest", True)
 
 
 def atomic_compare_swap(dest, cond, value, pe):
@@ -41,13 +43,13 @@ def atomic_compare_swap(dest, cond, value, pe):
 def atomic_fetch_inc(dest, pe):
     """atomic_fetch_inc(dest, pe) -> old: add one to PE ``pe``'s ``dest[0]``."""
     fn = "pgas.device.atomic_fetch_inc"
-    return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_ADD, 1, "dest")
+    return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_ADD, 1, "dest", True)
 
 
 def atomic_inc(dest, pe):
     """atomic_inc(dest, pe): add one to PE ``pe``'s ``dest[0]``."""
     fn = "pgas.device.atomic_inc"
-    _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_ADD, 1, "dest")
+    _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_ADD, 1, "dest", False)
 
 
 _BINARY = {"add": RMW_ADD, "and": RMW_AND, "or": RMW_OR, "xor": RMW_XOR}
@@ -60,12 +62,12 @@ def _make(op: str, fetch: bool):
 
     if fetch:
         def atomic(dest, value, pe):
-            return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, rmw_op, value, "dest")
+            return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, rmw_op, value, "dest", True)
         atomic.__doc__ = (f"{name}(dest, value, pe) -> old: atomically ``dest[0] = dest[0] {op} value`` "
                           "on PE ``pe``; returns the old value (integer dtypes).")
     else:
         def atomic(dest, value, pe):
-            _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, rmw_op, value, "dest")
+            _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, rmw_op, value, "dest", False)
         atomic.__doc__ = f"{name}(dest, value, pe): atomically ``dest[0] = dest[0] {op} value`` on PE ``pe``."
     atomic.__name__ = atomic.__qualname__ = name
     return atomic

@@ -336,7 +336,7 @@ def remote_load(fn, arr, pe, what):
 
 
 @jit
-def remote_rmw(fn, arr, pe, op, value, what):
+def remote_rmw(fn, arr, pe, op, value, what, fetch):
     return atomic_rmw(peer(arr, pe, fn, what), op, value, fn, what)
 
 

@@ -22,9 +22,9 @@ def _update(fn, signal, value, sig_op, pe):
     _p.check_signal(fn, word)
     _p.check_sig_op(fn, sig_op)
     if sig_op == SIGNAL_SET:
-        _p.remote_rmw(fn, word, pe, RMW_XCHG, value, "signal")
+        _p.remote_rmw(fn, word, pe, RMW_XCHG, value, "signal", False)
     else:
-        _p.remote_rmw(fn, word, pe, RMW_ADD, value, "signal")
+        _p.remote_rmw(fn, word, pe, RMW_ADD, value, "signal", False)
 
 
 def signal_op(signal, value, sig_op, pe):

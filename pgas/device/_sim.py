@@ -177,10 +177,11 @@ def remote_load(fn: str, arr: np.ndarray, pe, what: str):
     return transports.load(fn, pe, arr, what, False)
 
 
-def remote_rmw(fn: str, arr: np.ndarray, pe, op: int, value, what: str):
-    """Atomic read-modify-write (op: an RMW_* code) of PE ``pe``'s ``arr[0]``; the old value."""
+def remote_rmw(fn: str, arr: np.ndarray, pe, op: int, value, what: str, fetch: bool):
+    """Atomic read-modify-write (op: an RMW_* code) of PE ``pe``'s ``arr[0]``; the old value
+    when ``fetch`` (else nothing; through the NIC, complete at quiet)."""
     transports, pe = _transports_to(fn, pe)
-    return transports.rmw(fn, pe, arr, RMW_NAMES[op], value, what)
+    return transports.rmw(fn, pe, arr, RMW_NAMES[op], value, what, fetch)
 
 
 def remote_compare_swap(fn: str, arr: np.ndarray, pe, cond, value, what: str):

@@ -39,6 +39,9 @@ SQ_DEPTH = 1024                  # basic blocks per send queue (and CQEs per com
 PACK_LIMIT = 64 << 10            # payloads up to this travel inside the batch message
 _TAG_REQUEST, _TAG_REQUEST_DATA, _TAG_RESPONSE, _TAG_RESPONSE_DATA = 0x51, 0x52, 0x53, 0x54
 _MAX_PAUSE_S = 1e-3              # idle back-off ceiling between polls of the wire
+_HOT_PAUSE_S = 30e-6             # the ceiling while busy: requests in flight, or traffic lately
+_SWITCH_INTERVAL_S = 50e-6       # see connect()
+_HOT_FOR_S = 20e-3               # how long traffic keeps the NIC polling fast (as NAPI does)
 
 # One request on the wire (what IB's BTH/RETH/AtomicETH headers carry).
 PACKET = np.dtype([("opcode", "u1"), ("opmod", "u1"), ("flags", "u1"), ("pad", "u1"), ("rkey", "u4"),
@@ -173,6 +176,10 @@ class Nic:
             self._inflight[peer] = deque()
         if not self.qps:
             return      # every PE is load/store reachable: nothing will ever ring
+        # Every hand-off between a requester, the proxy and the NIC needs the interpreter
+        # lock; numba's simulator polls its threads in a loop that holds it until the
+        # switch interval (5 ms) forces it out. A short interval bounds each hand-off.
+        sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_S))
         self._running = True
         self._thread = threading.Thread(target=self._serve, name=f"pgas-nic-pe{self.my_pe}", daemon=True)
         self._thread.start()
@@ -202,8 +209,9 @@ class Nic:
 
     def _serve(self) -> None:
         from mpi4py import MPI
+        precise_sleeps()
         status = MPI.Status()
-        pause = 0.0
+        pause, last_busy = 0.0, 0.0
         try:
             while self._running:
                 self._doorbell.clear()   # a ring from now on sets it again: never missed
@@ -218,12 +226,14 @@ class Nic:
                         handle(status.Get_source(), buf)
                         busy = True
                 self._reap_sends()
+                now = time.monotonic()
                 if busy:
-                    pause = 0.0
+                    pause, last_busy = 0.0, now
                     time.sleep(0)
-                else:
-                    pause = min(pause * 2 + 1e-5, _MAX_PAUSE_S)
-                    self._doorbell.wait(pause)
+                    continue
+                hot = self._sends or any(self._inflight.values()) or now - last_busy < _HOT_FOR_S
+                pause = min(pause * 2 + 5e-6, _HOT_PAUSE_S if hot else _MAX_PAUSE_S)
+                self._doorbell.wait(pause)
         except BaseException:
             self._fail(traceback.format_exc())
 
@@ -416,6 +426,16 @@ class Nic:
             return mlx5.SYNDROME_REMOTE_ACCESS, 0
         word = target.view(np.uint32 if size == 4 else np.uint64)
         return 0, apply_atomic(word, opcode, [int(x) for x in packet["operands"]], size)
+
+
+def precise_sleeps() -> None:
+    """Let this thread's short sleeps end on time: Linux adds up to 50 us of timer slack to
+    every sleep, which would make each hand-off between pgas's threads cost that much."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)   # PR_SET_TIMERSLACK, 1 ns
+    except (OSError, AttributeError):
+        pass
 
 
 def _word(data: np.ndarray, address: int) -> np.ndarray:

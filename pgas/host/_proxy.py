@@ -23,7 +23,7 @@ import numpy as np
 from .._errors import PgasError
 from .._waiting import Wait
 from . import _mlx5 as mlx5
-from ._nic import ACCESS_LOCAL, Nic
+from ._nic import ACCESS_LOCAL, Nic, precise_sleeps
 
 __all__ = ["Proxy", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR",
            "AMO_XOR", "AMO_FETCH", "REQUEST"]
@@ -38,6 +38,7 @@ REQUEST = np.dtype([("ticket", "u8"), ("state", "u1"), ("op", "u1"), ("size", "u
                     ("nbytes", "u8"), ("value", "u8"), ("compare", "u8"), ("result", "u8")])
 _FREE, _READY, _POSTED, _DONE = range(4)
 _MAX_PAUSE_S = 2e-3
+_WAIT_BACKOFF_S = 100e-6    # longest sleep of a requester waiting for the NIC
 
 
 class Proxy:
@@ -85,7 +86,7 @@ class Proxy:
                     ticket = self._next
                     self._next += 1
                     break
-            clock = clock or Wait(fn, self.timeout)
+            clock = clock or Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S)
             clock.pause(f"a free slot in the proxy's request ring ({CAPACITY} requests outstanding)")
         slot = self.ring[ticket % CAPACITY]
         slot["ticket"], slot["op"], slot["size"], slot["pe"], slot["raddr"] = ticket, op, size, pe, raddr
@@ -109,7 +110,7 @@ class Proxy:
     def wait(self, fn: str, ticket: int) -> int:
         """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""
         slot = self.ring[ticket % CAPACITY]
-        clock = Wait(fn, self.timeout)
+        clock = Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S)
         while slot["state"] != _DONE:
             self._check_alive(fn)
             clock.pause(lambda: f"the NIC to complete the {_NAMES[int(slot['op'])]} to PE {int(slot['pe'])}")
@@ -124,7 +125,7 @@ class Proxy:
         """Wait until every request issued so far is complete; raise the first failure of
         a request nobody waited for."""
         target = self._next
-        clock = Wait(fn, self.timeout)
+        clock = Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S)
         while self._completed < target:
             self._check_alive(fn)
             clock.pause(lambda: f"the proxy to complete {target - self._completed} outstanding "
@@ -147,6 +148,7 @@ class Proxy:
     # The proxy thread ----------------------------------------------------------------
 
     def _serve(self) -> None:
+        precise_sleeps()
         pause = 0.0
         try:
             while self._running:
