@@ -176,3 +176,12 @@ def test_pgas_info_lists_every_variable():
     assert "symmetric heap per PE: 67108864 bytes" in proc.stdout
     for name, var in VARIABLES.items():
         assert name in proc.stdout and var.meaning in proc.stdout
+
+
+def test_pgas_info_under_pgasrun_shows_the_transport_between_every_pair(clean_shm):
+    proc = pgasrun(4, "pgas-info", options=["--pes-per-node", "2"])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("pgas 0.1.0") == 1       # printed once, by PE 0
+    rows = proc.stdout.split("transport from each PE to each PE:\n")[1].splitlines()[1:5]
+    assert [row.split() for row in rows] == [["0", "self", "p2p", "proxy", "proxy"], ["1", "p2p", "self", "proxy", "proxy"],
+                                             ["2", "proxy", "proxy", "self", "p2p"], ["3", "proxy", "proxy", "p2p", "self"]]

@@ -18,6 +18,8 @@ from mpi4py import MPI
 import pgas
 from pgas.host._collectives import choose_algorithm
 
+from ._plot import pyplot
+
 SIZES = [4 << (10 + 2 * k) for k in range(6)] + [16 << 20, 64 << 20]   # 4 KiB ... 64 MiB
 ALGORITHMS = ["ring", "tree", "oneshot", "auto"]
 BATCHES = 3
@@ -40,12 +42,8 @@ def _human(nbytes: int) -> str:
 
 
 def _plot(path: str, rows: list, n: int) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"(no matplotlib: {path} not written)")
+    plt = pyplot(path)
+    if plt is None:
         return
     sizes = [r["size"] for r in rows]
     for name in [*ALGORITHMS, "mpi"]:

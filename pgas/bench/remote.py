@@ -25,6 +25,8 @@ from numba import cuda
 import pgas
 import pgas.device as dev
 
+from ._plot import pyplot
+
 REPEATS = 3
 THREADS = [1, 4, 16, 64]
 
@@ -108,12 +110,8 @@ def _mpi_figures(win, iters: int) -> dict:
 
 
 def _plot(path: str, ours: dict, theirs: dict) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"(no matplotlib: {path} not written)")
+    plt = pyplot(path)
+    if plt is None:
         return
     plt.figure(figsize=(6, 4))
     for kind in ("put", "add"):

@@ -125,15 +125,16 @@ def copy_strided(dst: np.ndarray, dst_stride: int, src: np.ndarray, src_stride: 
 def reduce_from_peers(fn: str, dst: np.ndarray, dst_lo: int, src, src_lo: int, count: int, team,
                       op: int, rank: int, size: int) -> None:
     """dst[dst_lo + i] = ``op`` over every member's src[src_lo + i], for this thread's share
-    of i < count (a contiguous piece). The order is this PE's own value first, then the
+    of i < count (``Transports.share``). The order is this PE's own value first, then the
     others in team-rank order: ``dst`` may be ``src`` (its values are read first)."""
     members = _team(team, fn)
     ufunc = reduction_ufunc(fn, REDUCE_OPS[op], dst.dtype)
-    lo, hi = count * rank // size, count * (rank + 1) // size
+    transports = runtime(fn).transports
+    lo, piece = transports.share(fn, members.pes, count, rank, size)
+    hi = lo + piece
     if hi <= lo:
         return
     mine = local(src, fn, "src")[src_lo + lo:src_lo + hi]
-    transports = runtime(fn).transports
     order = [members.my_index] + [r for r in range(members.size) if r != members.my_index]
     shares = [transports.read(fn, members.pes[r], mine, "src") for r in order]
     out = dst[dst_lo + lo:dst_lo + hi]
@@ -154,12 +155,11 @@ def _transports_to(fn: str, pe):
 
 def transfer(fn: str, to_peer: bool, pe, dst: np.ndarray, dst_stride: int, src: np.ndarray, src_stride: int,
              nelems: int, rank: int, size: int, nbi: bool) -> None:
-    """This thread's share (a contiguous piece) of a strided copy of ``nelems`` elements
+    """This thread's share (``Transports.share``) of a strided copy of ``nelems`` elements
     between flat local arrays, one of them symmetric: ``to_peer``: local ``src`` into PE
     ``pe``'s ``dst``; else PE ``pe``'s ``src`` into local ``dst``. ``nbi``: complete at quiet."""
     transports, pe = _transports_to(fn, pe)
-    first = nelems * rank // size
-    count = nelems * (rank + 1) // size - first
+    first, count = transports.share(fn, (pe,), nelems, rank, size)
     if to_peer:
         transports.copy(fn, pe, True, dst, dst_stride, src, src_stride, first, count, nbi)
     else:

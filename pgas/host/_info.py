@@ -32,13 +32,37 @@ def info() -> dict:
     return facts
 
 
+def _transport_table() -> str | None:
+    """Under pgasrun (several PEs): the transport from every PE to every PE, on PE 0."""
+    if int(os.environ.get("PMI_SIZE", "1")) < 2:
+        return None
+    from ._runtime import finalize, init
+    init()
+    rt = runtime("pgas-info")
+    rows = rt.boot.comm.gather(rt.transports.kinds, root=0)
+    finalize()
+    if rows is None:
+        return ""
+    width = max(len(kind) for row in rows for kind in row) + 1
+    header = "from \\ to".rjust(10) + " " + "".join(f"{pe:>{width}}" for pe in range(len(rows)))
+    lines = [f"{pe:>10} " + "".join(f"{kind:>{width}}" for kind in row) for pe, row in enumerate(rows)]
+    return "\n".join(["transport from each PE to each PE:", header, *lines])
+
+
 def main(argv=None) -> int:
-    """Print version, backend, transports, heap size and every PGAS_* variable."""
+    """Print version, backend, transports, heap size and every PGAS_* variable. Under
+    pgasrun (``pgasrun -np 4 --pes-per-node 2 pgas-info``) also the transport from every PE
+    to every PE, printed once."""
     argparse.ArgumentParser(prog="pgas-info", description=main.__doc__).parse_args(argv)
+    table = _transport_table()
+    if table == "":
+        return 0        # a PE other than 0: PE 0 prints for everyone
     print(f"pgas {__version__}")
     print(f"backend: {backend_name()} (PGAS_BACKEND={setting('PGAS_BACKEND')})")
     print("transports: p2p (load/store between the PEs of a node); to PEs on other nodes: "
           f"{setting('PGAS_REMOTE_TRANSPORT')} (PGAS_REMOTE_TRANSPORT), through the emulated NIC")
+    print(table or "(run it under pgasrun, e.g. pgasrun -np 4 --pes-per-node 2 pgas-info, to see the "
+                   "transport from each PE to each PE)")
     print(f"symmetric heap per PE: {setting('PGAS_SYMMETRIC_SIZE')} bytes")
     print("environment:")
     for var in VARIABLES.values():

@@ -90,6 +90,17 @@ class Transports:
 
     # Contiguous and strided copies ------------------------------------------------------
 
+    def share(self, fn: str, pes, nelems: int, rank: int, size: int) -> tuple[int, int]:
+        """(first, count): the part of a group operation (``size`` threads, this one ``rank``)
+        on ``nelems`` elements of the PEs ``pes`` that this thread does. On load/store a
+        contiguous piece each; when any of them is reached through the NIC the group's
+        first thread does it all, in one request per PE (as a block-scoped put posts one
+        WQE) rather than one per thread."""
+        if any(self._remote(fn, pe) for pe in pes):
+            return (0, nelems) if rank == 0 else (0, 0)
+        first = nelems * rank // size
+        return first, nelems * (rank + 1) // size - first
+
     def copy(self, fn: str, pe: int, to_peer: bool, sym: np.ndarray, sym_stride: int, other: np.ndarray,
              other_stride: int, first: int, count: int, nbi: bool) -> None:
         """Elements i in [first, first + count): ``to_peer``: ``other[i*other_stride]`` into
