@@ -130,6 +130,10 @@ class Proxy:
             self._check_alive(fn)
             clock.pause(lambda: f"the proxy to complete {target - self._completed} outstanding "
                                 "operations to PEs on other nodes")
+        self.raise_failures(fn)
+
+    def raise_failures(self, fn: str) -> None:
+        """Raise (and forget) the first failure of a completed request nobody waited for."""
         if self.errors:
             first, self.errors = self.errors[0], []
             raise PgasError(first)

@@ -8,6 +8,8 @@ array (same offset on every PE) and never ask which path is taken.
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from .. import _cpu_atomics
@@ -80,12 +82,15 @@ class Transports:
         return self.nic.remote[pe].base + self.heap.offset_of(local, fn, what)
 
     def _local_key(self, data: np.ndarray):
-        """(lkey, temporary region or None) for local bytes the NIC reads or writes: the
-        heap's own key, or a registration of just these bytes while the request lasts."""
+        """(lkey, temporary region or None) for the local bytes of flat ``data`` (maybe
+        strided) that the NIC reads or writes: the heap's own key, or a registration of
+        just their span while the request lasts."""
         address = data.__array_interface__["data"][0]
-        if self.heap_region.slice(address, data.nbytes) is not None:
+        span = (data.size - 1) * data.strides[0] + data.itemsize if data.size else 0
+        if self.heap_region.slice(address, span) is not None:
             return self.heap_region.lkey, None
-        region = self.nic.register(data.reshape(-1).view(np.uint8), ACCESS_LOCAL)
+        region = self.nic.register(np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(address)),
+                                   ACCESS_LOCAL)
         return region.lkey, region
 
     # Contiguous and strided copies ------------------------------------------------------
@@ -116,23 +121,25 @@ class Transports:
             else:
                 np.copyto(o, theirs)
             return
+        # contiguous: one request; strided: one per element (as NVSHMEM's iput over IB does)
         pieces = [(s, o)] if s.flags.c_contiguous and o.flags.c_contiguous else \
             [(s[i:i + 1], o[i:i + 1]) for i in range(count)]
-        tickets = []
+        lkey, temporary = self._local_key(o)
+        blocking = not nbi or temporary is not None   # a temporary registration ends with the call
+        last = None
         for remote_part, local_part in pieces:
-            lkey, temporary = self._local_key(local_part)
-            op = proxy.PUT if to_peer else proxy.GET
-            tickets.append((self.proxy.submit(fn, op, pe, self._raddr(pe, remote_part, fn, "dest"),
-                                              laddr=local_part.__array_interface__["data"][0], lkey=lkey,
-                                              nbytes=local_part.nbytes, waited=not nbi or temporary is not None),
-                            temporary))
-        for ticket, temporary in tickets:
-            if not nbi or temporary is not None:
-                try:
-                    self.proxy.wait(fn, ticket)
-                finally:
-                    if temporary is not None:
-                        self.nic.deregister(temporary)
+            last = self.proxy.submit(fn, proxy.PUT if to_peer else proxy.GET, pe,
+                                     self._raddr(pe, remote_part, fn, "dest" if to_peer else "src"),
+                                     laddr=local_part.__array_interface__["data"][0], lkey=lkey,
+                                     nbytes=local_part.nbytes, waited=blocking and local_part is pieces[-1][1])
+        if blocking:
+            try:
+                # one queue pair completes in order: the last request done means all are
+                self.proxy.wait(fn, last)
+                self.proxy.raise_failures(fn)
+            finally:
+                if temporary is not None:
+                    self.nic.deregister(temporary)
 
     def read(self, fn: str, pe: int, local: np.ndarray, what: str) -> np.ndarray:
         """PE ``pe``'s copy of contiguous symmetric ``local``: a view where mapped, else fetched."""
