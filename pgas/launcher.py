@@ -236,6 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         _sweep_shared_memory(job_id, mpich_before)
         shutil.rmtree(run_dir, ignore_errors=True)
+    if code != 0:
+        # A PE killed while MPICH set up a segment can leave it to appear a moment after the
+        # run's processes are gone (seen once in CI): look again.
+        time.sleep(0.3)
+        _sweep_shared_memory(job_id, mpich_before)
     if message:
         print(f"pgasrun: {message}", file=sys.stderr)
     return code
