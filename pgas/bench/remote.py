@@ -153,7 +153,7 @@ def main(argv=None) -> None:
             latency = key.endswith("us")
             ratio = theirs[key] / ours[key] if latency else ours[key] / theirs[key]
             label = key if latency else key.replace("rate", "rate/s,") + " threads"
-            print(f"{label:26} {ours[key]:12,.1f} {theirs[key]:12,.1f} {ratio:13.2f}")
+            print(f"{label:26} {ours[key]:12,.1f} {theirs[key]:12,.1f} {ratio:13.3g}")
         if args.plot:
             _plot(args.plot, ours, theirs)
     pgas.free(dest)
