@@ -180,6 +180,7 @@ class Nic:
         # lock; numba's simulator polls its threads in a loop that holds it until the
         # switch interval (5 ms) forces it out. A short interval bounds each hand-off.
         sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_S))
+        precise_sleeps()    # the thread calling init, and the simulated threads it starts later
         self._running = True
         self._thread = threading.Thread(target=self._serve, name=f"pgas-nic-pe{self.my_pe}", daemon=True)
         self._thread.start()
@@ -430,7 +431,8 @@ class Nic:
 
 def precise_sleeps() -> None:
     """Let this thread's short sleeps end on time: Linux adds up to 50 us of timer slack to
-    every sleep, which would make each hand-off between pgas's threads cost that much."""
+    every sleep, which would make each hand-off between pgas's threads cost that much.
+    Threads started later by this one inherit it."""
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)   # PR_SET_TIMERSLACK, 1 ns

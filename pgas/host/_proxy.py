@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from .._errors import PgasError
+from .._errors import PgasError, PgasTimeoutError
 from .._waiting import Wait
 from . import _mlx5 as mlx5
 from ._nic import ACCESS_LOCAL, Nic, precise_sleeps
@@ -57,6 +57,7 @@ class Proxy:
         self._completed = 0     # the completion counter: every ticket below it is done
         self._reserve = threading.Lock()
         self._wake = threading.Event()
+        self._completion = threading.Condition()     # notified after completions land
         self._posted: dict[int, dict] = {qp.qpn: {} for qp in nic.qps.values()}   # wqe index -> ticket
         self._producer = {qp.qpn: 0 for qp in nic.qps.values()}    # basic blocks posted
         self._consumer = {qp.qpn: 0 for qp in nic.qps.values()}    # basic blocks completed
@@ -110,10 +111,8 @@ class Proxy:
     def wait(self, fn: str, ticket: int) -> int:
         """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""
         slot = self.ring[ticket % CAPACITY]
-        clock = Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S)
-        while slot["state"] != _DONE:
-            self._check_alive(fn)
-            clock.pause(lambda: f"the NIC to complete the {_NAMES[int(slot['op'])]} to PE {int(slot['pe'])}")
+        self._sleep_until(fn, lambda: slot["state"] == _DONE,
+                          lambda: f"the NIC to complete the {_NAMES[int(slot['op'])]} to PE {int(slot['pe'])}")
         syndrome, result = int(slot["syndrome"]), int(slot["result"])
         message = self._describe(fn, slot) if syndrome else None
         slot["waited"] = 0          # the slot may be reused
@@ -125,12 +124,22 @@ class Proxy:
         """Wait until every request issued so far is complete; raise the first failure of
         a request nobody waited for."""
         target = self._next
-        clock = Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S)
-        while self._completed < target:
-            self._check_alive(fn)
-            clock.pause(lambda: f"the proxy to complete {target - self._completed} outstanding "
-                                "operations to PEs on other nodes")
+        self._sleep_until(fn, lambda: self._completed >= target,
+                          lambda: f"the proxy to complete {target - self._completed} outstanding "
+                                  "operations to PEs on other nodes")
         self.raise_failures(fn)
+
+    def _sleep_until(self, fn: str, done, waiting_for) -> None:
+        """Sleep on the completion condition (no polling: the proxy wakes its waiters) until
+        ``done()``; PgasTimeoutError naming ``waiting_for()`` after PGAS_TIMEOUT."""
+        deadline = time.monotonic() + self.timeout
+        with self._completion:
+            while not done():
+                self._check_alive(fn)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for()}")
+                self._completion.wait(min(left, 0.1))
 
     def raise_failures(self, fn: str) -> None:
         """Raise (and forget) the first failure of a completed request nobody waited for."""
@@ -223,6 +232,8 @@ class Proxy:
                 progressed = True
         if progressed:
             self._advance()
+            with self._completion:
+                self._completion.notify_all()
         return progressed
 
     def _finish(self, ticket: int, syndrome: int) -> None:
