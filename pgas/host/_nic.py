@@ -15,6 +15,7 @@ the wire (docs/transports.md: threads and who waits for whom).
 """
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 import threading
@@ -53,25 +54,22 @@ _HEADER = 16                     # count, payload bytes (u8 each)
 
 @dataclass
 class MemoryRegion:
-    """Registered memory: ``view`` (uint8) spans [base, base + size)."""
+    """Registered memory [base, base + size). ``view`` (uint8) is how the NIC thread reaches
+    host memory; GPU memory is registered by its dma-buf (``dmabuf_fd``) and has no view."""
 
-    view: np.ndarray
+    base: int
+    size: int
     lkey: int
     rkey: int
     access: int
-
-    @property
-    def base(self) -> int:
-        return self.view.__array_interface__["data"][0]
-
-    @property
-    def size(self) -> int:
-        return self.view.size
+    view: np.ndarray | None = None
+    dmabuf_fd: int | None = None
 
     def slice(self, address: int, nbytes: int) -> np.ndarray | None:
-        """The bytes [address, address + nbytes) if all inside the region, else None."""
+        """The bytes [address, address + nbytes) if all inside the region (and reachable
+        by the NIC thread), else None."""
         offset = address - self.base
-        if nbytes < 0 or offset < 0 or offset + nbytes > self.size:
+        if self.view is None or nbytes < 0 or offset < 0 or offset + nbytes > self.size:
             return None
         return self.view[offset:offset + nbytes]
 
@@ -140,18 +138,29 @@ class Nic:
 
     def register(self, view: np.ndarray, access: int) -> MemoryRegion:
         """Register the bytes of uint8 ``view`` (``ibv_reg_mr``): a new lkey and rkey."""
-        lkey = self._fresh_key(self.regions)
-        rkey = self._fresh_key(self._by_rkey) if access & ~ACCESS_LOCAL_WRITE else 0
-        region = MemoryRegion(view.reshape(-1).view(np.uint8), lkey, rkey, access)
-        self.regions[lkey] = region
-        if rkey:
-            self._by_rkey[rkey] = region
+        view = view.reshape(-1).view(np.uint8)
+        return self._add(MemoryRegion(view.__array_interface__["data"][0], view.size, 0, 0, access, view=view))
+
+    def register_dmabuf(self, fd: int, base: int, size: int, access: int) -> MemoryRegion:
+        """Register GPU memory [base, base + size) exported as dma-buf ``fd``
+        (``ibv_reg_dmabuf_mr``); the region keeps the descriptor until it is deregistered."""
+        return self._add(MemoryRegion(base, size, 0, 0, access, dmabuf_fd=fd))
+
+    def _add(self, region: MemoryRegion) -> MemoryRegion:
+        region.lkey = self._fresh_key(self.regions)
+        region.rkey = self._fresh_key(self._by_rkey) if region.access & ~ACCESS_LOCAL_WRITE else 0
+        self.regions[region.lkey] = region
+        if region.rkey:
+            self._by_rkey[region.rkey] = region
         return region
 
     def deregister(self, region: MemoryRegion) -> None:
         self.regions.pop(region.lkey, None)
         if region.rkey:
             self._by_rkey.pop(region.rkey, None)
+        if region.dmabuf_fd is not None:
+            os.close(region.dmabuf_fd)
+            region.dmabuf_fd = None
 
     @staticmethod
     def _fresh_key(taken: dict) -> int:

@@ -35,9 +35,15 @@ class Transports:
         self.kinds = ["self" if pe == boot.my_pe else "p2p" if heap.reachable(pe) else "unreachable"
                       for pe in range(boot.n_pes)]
         self.nic = self.proxy = self.heap_region = None
-        if heap.device_arrays:
-            return      # cuda: PEs on other nodes stay unreachable (docs/transports.md, the GPU side)
         self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
+        if heap.device_arrays:
+            # cuda: the GPU heap is registered by its dma-buf and the keys exchanged, but no
+            # path drives the NIC from a GPU yet: PEs on other nodes stay unreachable
+            # (docs/transports.md, "The cuda backend").
+            self.nic = Nic(boot.comm, boot.my_pe)
+            self.heap_region = self.nic.register_dmabuf(heap.dmabuf_fd(), heap.base, heap.size, ACCESS_REMOTE)
+            self.nic.connect(self.heap_region, [])
+            return
         if remote and self.remote_transport not in REMOTE_TRANSPORTS:
             raise PgasError(f"PGAS_REMOTE_TRANSPORT={self.remote_transport}: the GPU-initiated NIC path is "
                             "not in this version of pgas; use PGAS_REMOTE_TRANSPORT=proxy (the default)")
@@ -62,7 +68,8 @@ class Transports:
         """The registered memory regions, for ``pgas.info()``."""
         if self.nic is None:
             return []
-        return [{"pe": pe, "base": hex(r.base), "size": r.size, "rkey": hex(r.rkey),
+        memory = "gpu (dma-buf)" if self.heap_region.dmabuf_fd is not None else "host"
+        return [{"pe": pe, "base": hex(r.base), "size": r.size, "rkey": hex(r.rkey), "memory": memory,
                  **({"lkey": hex(self.heap_region.lkey)} if pe == self.my_pe else {})}
                 for pe, r in enumerate(self.nic.remote)]
 
