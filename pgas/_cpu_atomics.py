@@ -147,10 +147,16 @@ def _from_int(dtype: np.dtype, bits: int):
     return dtype.type(bits)
 
 
+def _dtypes_for(op: str) -> tuple:
+    """The dtypes atomic ``op`` takes: arithmetic and bitwise ops integers only; exchange,
+    compare-swap and loads also floats (as bit patterns)."""
+    return INTEGER_DTYPES if op in RMW_OPS and op != "xchg" else ORDERED_DTYPES
+
+
 def check_word(arr: np.ndarray, fn: str, what: str, op: str) -> None:
     """The checks ``rmw`` (``op``), ``compare_swap`` (``"cas"``) or ``load_acquire``
     (``"load"``) make, for an atomic another agent (the NIC) will apply."""
-    _checked(arr, fn, what, INTEGER_DTYPES if op in RMW_OPS and op != "xchg" else ORDERED_DTYPES)
+    _checked(arr, fn, what, _dtypes_for(op))
 
 
 def as_bits(dtype: np.dtype, value) -> int:
@@ -169,7 +175,7 @@ def rmw(arr: np.ndarray, op: str, value, fn: str, what: str):
     ``xchg`` also takes float32/float64; the arithmetic and bitwise ops take integers only.
     """
     dtype = arr.dtype
-    address = _checked(arr, fn, what, ORDERED_DTYPES if op == "xchg" else INTEGER_DTYPES)
+    address = _checked(arr, fn, what, _dtypes_for(op))
     int_dtype = _BITS.get(dtype, dtype)
     old = _get().rmws[int_dtype, op](address, _as_int(dtype, value))
     return _from_int(dtype, old)

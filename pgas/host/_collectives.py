@@ -24,8 +24,6 @@ the device collective of ``pgas.device`` as a one-block kernel queued on ``strea
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from .. import _cpu_atomics
@@ -81,16 +79,9 @@ class _Call:
         """Per member: acquire loads of each progress word (atomic reads through the NIC
         for members on other nodes); mine: release stores."""
         row = self.rt.collective_words[slot]
-        transports = self.rt.transports
-        loads = []
-        for pe in self.team.pes:
-            if transports.kinds[pe] in ("self", "p2p"):
-                words = self.rt.heap.view_on(pe, row, self.fn, "the team's progress words")
-                loads.append([_cpu_atomics.int64_word(words[w:w + 1], self.fn, "progress")[0]
-                              for w in range(len(row))])
-            else:
-                loads.append([functools.partial(transports.atomic_load, self.fn, pe, row[w:w + 1], "progress")
-                              for w in range(len(row))])
+        loader = self.rt.transports.word_loader
+        loads = [[loader(self.fn, pe, row[w:w + 1], "the team's progress words") for w in range(len(row))]
+                 for pe in self.team.pes]
         stores = [_cpu_atomics.int64_word(row[w:w + 1], self.fn, "progress")[1] for w in range(len(row))]
         return loads, stores
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-import sys
 
 import numpy as np
 
