@@ -6,10 +6,14 @@ imported, so import pgas first in programs not started by ``pgasrun``.
 __version__ = "0.1.0"
 
 from ._backend import backend_name as _backend_name
+from ._errors import PgasConfigError as _PgasConfigError
 from ._constants import *  # noqa: F401,F403
 from ._errors import *  # noqa: F401,F403
 
-_backend_name()
+try:
+    _backend_name()
+except _PgasConfigError:
+    pass  # a bad PGAS_BACKEND: pgas.init and pgas.device raise it; pgasrun and pgas-info report it
 
 from .host import *  # noqa: E402,F401,F403
 

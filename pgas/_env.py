@@ -1,14 +1,15 @@
 """Every ``PGAS_*`` environment variable: its parser, default and meaning, in one table."""
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ._errors import PgasValueError
+from ._errors import PgasConfigError
 
-__all__ = ["Variable", "VARIABLES", "setting", "parse_size"]
+__all__ = ["Variable", "VARIABLES", "setting", "parse_size", "invalid_settings", "shown"]
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -40,15 +41,28 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
+def _heap_size(text: str) -> int:
+    value = parse_size(text)
     if value <= 0:
-        raise ValueError(f"expected a number of seconds > 0, got {text!r}")
+        raise ValueError(f"expected a byte count > 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 < value < math.inf):
+        raise ValueError(f"expected a finite number of seconds > 0, got {text!r}")
     return value
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value <= 0:
         raise ValueError(f"expected an integer > 0, got {text!r}")
     return value
@@ -74,7 +88,7 @@ class Variable:
 VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("PGAS_BACKEND", "auto", _choice("auto", "cuda", "simulator"),
              "auto | cuda | simulator: where kernels run (auto: cuda where a GPU is usable)"),
-    Variable("PGAS_SYMMETRIC_SIZE", "1g", parse_size,
+    Variable("PGAS_SYMMETRIC_SIZE", "1g", _heap_size,
              "bytes of symmetric heap per PE (k/m/g suffixes)"),
     Variable("PGAS_PES_PER_NODE", None, _positive_int,
              "split the PEs into emulated nodes of this many consecutive PEs "
@@ -99,7 +113,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
 def setting(name: str) -> Any:
     """The parsed value of ``PGAS_*`` variable ``name`` (its default when unset).
 
-    An unparsable value raises ``PgasValueError`` naming the variable and the value.
+    An unparsable value raises ``PgasConfigError`` naming the variable and the value.
     """
     var = VARIABLES[name]
     text = os.environ.get(name, var.default)
@@ -108,4 +122,21 @@ def setting(name: str) -> Any:
     try:
         return var.parse(text)
     except ValueError as exc:
-        raise PgasValueError(f"{name}={os.environ.get(name)!r} is not valid: {exc}") from None
+        raise PgasConfigError(f"{name}={os.environ.get(name)!r} is not valid: {exc}") from None
+
+
+def invalid_settings() -> dict[str, str]:
+    """Every ``PGAS_*`` variable whose value does not parse: name -> the error message."""
+    bad = {}
+    for name in VARIABLES:
+        try:
+            setting(name)
+        except PgasConfigError as exc:
+            bad[name] = str(exc)
+    return bad
+
+
+def shown(name: str) -> str:
+    """``NAME=value`` as set, or ``NAME=default (default)``, for messages."""
+    value = os.environ.get(name)
+    return f"{name}={value}" if value is not None else f"{name}={VARIABLES[name].default} (default)"

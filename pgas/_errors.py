@@ -1,7 +1,7 @@
 """The one exception family of pgas."""
 from __future__ import annotations
 
-__all__ = ["PgasError", "PgasValueError", "PgasTimeoutError"]
+__all__ = ["PgasError", "PgasValueError", "PgasConfigError", "PgasTimeoutError"]
 
 
 class PgasError(RuntimeError):
@@ -10,6 +10,10 @@ class PgasError(RuntimeError):
 
 class PgasValueError(PgasError, ValueError):
     """An argument has the wrong value, shape or dtype."""
+
+
+class PgasConfigError(PgasValueError):
+    """A ``PGAS_*`` environment variable has a value pgas cannot use (the message names it)."""
 
 
 class PgasTimeoutError(PgasError, TimeoutError):

@@ -1,24 +1,34 @@
 """``pgasrun``: start N PEs through the installed MPI's mpiexec (Hydra), like nvshmrun.
 
 On top of mpiexec it adds emulated nodes (``--pes-per-node``), a whole-run timeout,
-tagged output, and clean failure: the first PE that raises, exits non-zero or is killed
-ends the run; the others are stopped, the exit status is non-zero, the failing PE and how
-it ended are named on stderr, and no shared-memory file of the run is left behind.
+output passed on whole lines at a time (optionally tagged with the PE), and clean failure:
+
+- the first PE that raises, exits non-zero or is killed ends the run: the others are
+  stopped, the failing PE and how it ended are named on stderr, and the exit status is
+  that PE's (its exit status; 128 + the signal that killed it; 1 for an exception);
+- a PE that exits with status 0 between ``pgas.init`` and ``pgas.finalize`` ends the run
+  (status 1) as soon as another PE blocks in a pgas call waiting for it;
+- no shared-memory file of the run is left behind, and no other job's is touched;
+- the PEs end when pgasrun does, even when it is killed with SIGKILL.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import glob
 import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from . import _job
 from ._backend import backend_name
+from ._env import invalid_settings
 from ._errors import PgasError
 from .host._heap import SHM_DIR, shm_prefix
 
@@ -50,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _validate(parser: argparse.ArgumentParser, args) -> None:
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    if args.command[:1] in (["python"], ["python3"], [f"python{sys.version_info[0]}.{sys.version_info[1]}"]):
+        args.command = [sys.executable, *args.command[1:]]   # the interpreter pgasrun runs in (its venv)
     if not args.command:
         parser.error("missing the command to run (e.g. pgasrun -np 2 python prog.py)")
     if args.np < 1:
@@ -77,14 +91,15 @@ def _mpiexec() -> str:
     return found
 
 
-def _mpich_leftovers() -> set[str]:
+def _mpich_segments() -> set[str]:
     return set(glob.glob(os.path.join(SHM_DIR, "mpich_shm_*")))
 
 
-def _in_use(paths: set[str]) -> set[str]:
-    """Those of ``paths`` that some live process still maps or holds open."""
+def _in_use(paths: set[str], pids) -> set[str]:
+    """Those of ``paths`` that processes ``pids`` map or hold open."""
     used = set()
-    for proc in glob.glob("/proc/[0-9]*"):
+    for pid in pids:
+        proc = f"/proc/{pid}"
         try:
             with open(os.path.join(proc, "maps")) as maps:
                 text = maps.read()
@@ -95,92 +110,179 @@ def _in_use(paths: set[str]) -> set[str]:
     return used
 
 
-def _sweep_shared_memory(job_id: str, mpich_before: set[str]) -> None:
-    """Remove this run's segments, and MPICH's that a killed PE could not unlink."""
-    leftovers = set(glob.glob(os.path.join(SHM_DIR, shm_prefix(job_id) + "*")))
-    new_mpich = _mpich_leftovers() - mpich_before
-    leftovers |= new_mpich - _in_use(new_mpich)
-    for path in leftovers:
+class _SegmentWatch:
+    """MPICH's shared-memory files that this run's processes created: MPICH names them
+    ``mpich_shm_<random>``, so a file is this run's when one of its processes maps or holds
+    it while it exists. Files of other jobs (or users) are never this run's."""
+
+    LOOKS = 10      # a new file no process of the run uses after this many looks is not ours
+
+    def __init__(self):
+        self.before = _mpich_segments()
+        self.ours: set[str] = set()
+        self.looks: dict[str, int] = {}
+
+    def look(self, pids: list[int]) -> None:
+        """Attribute the segments that appeared since the run began (each looked at a few
+        times) to the processes ``pids`` of the run."""
+        new = {p for p in _mpich_segments() - self.before - self.ours if self.looks.get(p, 0) < self.LOOKS}
+        if not new:
+            return
+        for path in new:
+            self.looks[path] = self.looks.get(path, 0) + 1
+        self.ours |= _in_use(new, pids)
+
+    def leftovers(self) -> set[str]:
+        return {path for path in self.ours if os.path.exists(path)}
+
+
+def _sweep_shared_memory(job_id: str, segments: _SegmentWatch) -> None:
+    """Remove this run's segments, and MPICH's that a killed PE of it could not unlink."""
+    for path in set(glob.glob(os.path.join(SHM_DIR, shm_prefix(job_id) + "*"))) | segments.leftovers():
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
 
 
-def _live_members(group: int) -> list[int]:
-    """Processes of process group ``group`` that are still running (zombies excluded)."""
-    members = []
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it (Hydra puts each PE in a process group of its own)."""
+    children: dict[int, list[int]] = {}
     for stat_path in glob.glob("/proc/[0-9]*/stat"):
         try:
             with open(stat_path) as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == group and state not in ("Z", "X"):
-            members.append(int(stat_path.split("/")[2]))
-    return members
+        children.setdefault(ppid, []).append(int(stat_path.split("/")[2]))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
-def _wait_group_gone(group: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while _live_members(group):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+def _alive(pid: int) -> bool:
+    """True while process ``pid`` runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop mpiexec and every process it started (they share its process group)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+class _RunProcesses:
+    """mpiexec and every process below it, as seen so far (Hydra gives each PE a process
+    group of its own, and a PE may outlive mpiexec), with the MPICH segments they use."""
+
+    def __init__(self, proc: subprocess.Popen, segments: _SegmentWatch):
+        self.proc = proc
+        self.segments = segments
+        self.known = {proc.pid}
+
+    def alive(self) -> list[int]:
+        return [pid for pid in self.known if _alive(pid)]
+
+    def look(self) -> None:
+        """Learn new processes of the run, and the segments they map."""
+        if self.proc.poll() is None:
+            self.known.update(_descendants(self.proc.pid))
+        self.segments.look(self.alive())
+
+    def wait_gone(self, seconds: float) -> bool:
+        """Wait until every known process has ended (looking at segments meanwhile)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.look()
+            if not self.alive():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """SIGTERM mpiexec's group (Hydra then stops the PEs), then SIGKILL what is left."""
+        self.look()
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(self.proc.pid, signal.SIGTERM)
         except ProcessLookupError:
+            pass
+        if self.wait_gone(STOP_GRACE_S):
             return
-        if _wait_group_gone(proc.pid, STOP_GRACE_S):
-            return
+        for pid in self.alive():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.wait_gone(STOP_GRACE_S)
+
+    def finish(self) -> int:
+        """mpiexec's exit status, once every process of the run is gone: a PE that outlives
+        mpiexec still maps MPICH's segments, which the sweep must not miss."""
+        code = self.proc.wait()
+        if not self.wait_gone(STOP_GRACE_S):
+            self.stop()
+        return code
 
 
-def _finish(proc: subprocess.Popen) -> int:
-    """mpiexec's exit status, once every process of the run is gone: a PE that outlives
-    mpiexec still maps MPICH's segments, which the sweep must not miss."""
-    code = proc.wait()
-    if not _wait_group_gone(proc.pid, STOP_GRACE_S):
-        _stop(proc)
-    return code
+def _pe_list(pes: list[int]) -> str:
+    return f"PE {pes[0]}" if len(pes) == 1 else f"PEs {pes}"
 
 
-def _failures(run_dir: str) -> list[tuple[float, str, str]]:
-    found = []
-    for path in glob.glob(os.path.join(run_dir, "failed-pe*")):
-        with open(path) as record:
-            found.append((os.path.getmtime(path), path.rsplit("failed-pe", 1)[1], record.read()))
-    return sorted(found)
+def _stranded(run_dir: str) -> str | None:
+    """What is wrong when a PE left before pgas.finalize while others wait in pgas calls."""
+    left = _job.departed(run_dir)
+    waiting = {pe: fn for pe, fn in _job.waiters(run_dir).items() if pe not in left}
+    if not left or not waiting:
+        return None
+    by_call: dict[str, list[int]] = {}
+    for pe, fn in sorted(waiting.items()):
+        by_call.setdefault(fn, []).append(pe)
+    waits = [f"{_pe_list(pes)} {'waits' if len(pes) == 1 else 'wait'} in {fn}" for fn, pes in by_call.items()]
+    verb = "exited" if len(left) == 1 else "each exited"
+    return f"{_pe_list(left)} {verb} (status 0) before pgas.finalize while {' and '.join(waits)}"
 
 
-def _supervise(proc: subprocess.Popen, run_dir: str, timeout: float | None) -> tuple[int, str | None]:
-    """Wait for the run; stop it at the first failure or at the timeout."""
+def _supervise(run: _RunProcesses, run_dir: str, timeout: float | None) -> tuple[int, str | None]:
+    """Wait for the run; stop it at the first failure, at a PE that left the others
+    waiting, or at the timeout. (exit status, message)"""
     deadline = None if timeout is None else time.monotonic() + timeout
-    while proc.poll() is None:
-        if _failures(run_dir):
+    while run.proc.poll() is None:
+        run.look()
+        if _job.failures(run_dir):
             time.sleep(0.2)  # let the PE's own abort finish its report
-            _stop(proc)
+            run.stop()
             break
+        stranded = _stranded(run_dir)
+        if stranded:
+            run.stop()
+            return 1, f"{stranded}; every PE was stopped"
         if deadline is not None and time.monotonic() > deadline:
-            _stop(proc)
+            run.stop()
             return 124, f"the run took longer than --timeout {timeout:g} s; every PE was stopped"
         time.sleep(0.05)
-    code = _finish(proc)
-    failures = _failures(run_dir)
+    code = run.finish()
+    failures = _job.failures(run_dir)
     if failures:
-        _, pe, how = failures[0]
+        _, pe, how, pe_code = failures[0]
         others = len(failures) - 1
         extra = f" ({others} more PE{'s' if others > 1 else ''} failed after it)" if others else ""
-        return (code if code > 0 else 1), f"PE {pe} {how}; the other PEs were stopped{extra}"
+        return pe_code or 1, f"PE {pe} {how}; the other PEs were stopped{extra}"
+    left = _job.departed(run_dir)
+    if left and code != 0:      # MPI itself ended the others (a PE that skipped MPI's finalize)
+        return 1, (f"{_pe_list(left)} exited (status 0) before pgas.finalize; the other PEs were stopped "
+                   f"(mpiexec ended with status {code})")
     if code != 0:
         return (code if code > 0 else 128 - code), f"mpiexec ended with status {code}"
+    if left:    # nobody waited for them: the run completed, but say it
+        return 0, f"note: {_pe_list(left)} exited before pgas.finalize"
     return 0, None
+
+
+def _end_with_pgasrun() -> None:
+    """In mpiexec, before exec: SIGTERM it (and so the PEs) when pgasrun ends, however."""
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)     # PR_SET_PDEATHSIG
 
 
 class _Interrupted(Exception):
@@ -198,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _validate(parser, args)
+    bad = invalid_settings()
+    if bad:
+        for message in bad.values():
+            print(f"pgasrun: {message}", file=sys.stderr)
+        return 2
     try:
         backend = backend_name()  # says which backend once, for all PEs
         mpiexec = _mpiexec()
@@ -207,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     job_id = secrets.token_hex(4)
     run_dir = tempfile.mkdtemp(prefix=f"pgasrun-{job_id}-")
     env = dict(os.environ, PGAS_JOB_ID=job_id, PGAS_RUN_DIR=run_dir, PGAS_BACKEND=backend,
-               PGAS_BACKEND_NOTICE_GIVEN="1")
+               PGAS_BACKEND_NOTICE_GIVEN="1", PGAS_LAUNCHER_PID=str(os.getpid()),
+               PGAS_LAUNCHER_HOST=socket.gethostname(), PGAS_TAG_OUTPUT="1" if args.tag_output else "0")
     if backend == "simulator":
         env["NUMBA_ENABLE_CUDASIM"] = "1"
     if args.pes_per_node is not None:
@@ -217,30 +325,33 @@ def main(argv: list[str] | None = None) -> int:
         cmd += ["-hosts", args.hosts]
     if args.hostfile:
         cmd += ["-f", args.hostfile]
-    if args.tag_output:
-        cmd += ["-prepend-rank"]
     cmd += [sys.executable, "-m", "pgas._pe_guard", *args.command]
-    mpich_before = _mpich_leftovers()
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    segments = _SegmentWatch()
+    one_host = not (args.hosts or args.hostfile)
+    # On this host each PE's guard ends its PE (and cleans up) when pgasrun is gone; on other
+    # hosts mpiexec must end the PEs, so it gets SIGTERM when pgasrun dies.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                            preexec_fn=None if one_host else _end_with_pgasrun)
+    run = _RunProcesses(proc, segments)
     # The PEs run in their own session: a SIGTERM or SIGHUP for pgasrun must reach them too.
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupted)
     try:
-        code, message = _supervise(proc, run_dir, args.timeout)
+        code, message = _supervise(run, run_dir, args.timeout)
     except _Interrupted as stop:
-        _stop(proc)
+        run.stop()
         code, message = 128 + stop.signum, f"stopped by {signal.Signals(stop.signum).name}; every PE was stopped"
     except KeyboardInterrupt:
-        _stop(proc)
+        run.stop()
         code, message = 130, "interrupted; every PE was stopped"
     finally:
-        _sweep_shared_memory(job_id, mpich_before)
+        _sweep_shared_memory(job_id, segments)
         shutil.rmtree(run_dir, ignore_errors=True)
     if code != 0:
         # A PE killed while MPICH set up a segment can leave it to appear a moment after the
         # run's processes are gone (seen once in CI): look again.
         time.sleep(0.3)
-        _sweep_shared_memory(job_id, mpich_before)
+        _sweep_shared_memory(job_id, segments)
     if message:
         print(f"pgasrun: {message}", file=sys.stderr)
     return code

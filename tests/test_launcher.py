@@ -1,6 +1,9 @@
-"""pgasrun: usage errors, tagged output, timeouts, and the failure path."""
+"""pgasrun: usage errors, configuration errors, output, timeouts, and the failure paths."""
+import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,20 +22,48 @@ pgas.finalize()
 """
 
 
-@pytest.mark.parametrize("action,how", [
-    ("raise ValueError('deliberate failure')", "PE 1 raised ValueError: deliberate failure"),
-    ("os.kill(os.getpid(), 9)", "PE 1 was killed by signal 9 (SIGKILL)"),
-    ("sys.exit(3)", "PE 1 exited with status 3"),
-], ids=["raises", "killed", "exits-3"])
-def test_a_failing_pe_ends_the_run_and_is_named(tmp_path, clean_shm, action, how):
+@pytest.mark.parametrize("action,how,code", [
+    ("raise ValueError('deliberate failure')", "PE 1 raised ValueError: deliberate failure", 1),
+    ("os.kill(os.getpid(), 9)", "PE 1 was killed by signal 9 (SIGKILL)", 128 + 9),
+    ("sys.exit(3)", "PE 1 exited with status 3", 3),
+    ("os._exit(3)", "PE 1 exited with status 3", 3),
+], ids=["raises", "killed", "exits-3", "os-exit-3"])
+def test_a_failing_pe_ends_the_run_with_its_status_and_is_named(tmp_path, clean_shm, action, how, code):
     script = tmp_path / "fail.py"
     script.write_text(FAILING.format(action=action))
     start = time.monotonic()
-    proc = pgasrun(3, "python", str(script), env={"PGAS_TIMEOUT": "120"})
+    proc = pgasrun(4, "python", str(script), env={"PGAS_TIMEOUT": "120"})
     elapsed = time.monotonic() - start
-    assert proc.returncode != 0
+    assert proc.returncode == code, proc.stderr
     assert f"pgasrun: {how}; the other PEs were stopped" in proc.stderr
     assert elapsed < 30, f"the run took {elapsed:.1f} s to end"
+
+
+@pytest.mark.parametrize("action", ["sys.exit(0)", "os._exit(0)", "pass  # falls off the end"],
+                         ids=["sys-exit-0", "os-exit-0", "returns"])
+def test_a_pe_that_leaves_before_finalize_ends_the_run_and_is_named(tmp_path, clean_shm, action):
+    script = tmp_path / "leave.py"
+    script.write_text("import os, sys, pgas\npgas.init()\nif pgas.my_pe() == 1:\n"
+                      f"    {action}\nelse:\n    pgas.barrier_all()\n    pgas.finalize()\n")
+    start = time.monotonic()
+    proc = pgasrun(3, "python", str(script), env={"PGAS_TIMEOUT": "120"})
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1, proc.stderr
+    if action == "os._exit(0)":     # skips MPI's finalize too: MPI may end the others first
+        assert "pgasrun: PE 1 exited (status 0) before pgas.finalize" in proc.stderr
+    else:
+        assert ("pgasrun: PE 1 exited (status 0) before pgas.finalize while PEs [0, 2] wait in pgas.barrier_all; "
+                "every PE was stopped") in proc.stderr
+    assert elapsed < 20, f"the run took {elapsed:.1f} s to end"
+
+
+def test_pes_that_all_skip_finalize_complete_with_a_note(tmp_path, clean_shm):
+    script = tmp_path / "no_finalize.py"
+    script.write_text("import pgas\npgas.init()\npgas.barrier_all()\nprint('done', pgas.my_pe())\n")
+    proc = pgasrun(2, "python", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == ["done 0", "done 1"]
+    assert "pgasrun: note: PEs [0, 1] exited before pgas.finalize" in proc.stderr
 
 
 def test_timeout_stops_every_pe(tmp_path, clean_shm):
@@ -93,3 +124,125 @@ def test_usage_errors(args, message):
     proc = subprocess.run([sys.executable, "-m", "pgas.launcher", *args], capture_output=True, text=True)
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+LINES = """
+import sys, pgas
+pgas.init()
+me = pgas.my_pe()
+for i in range(100):
+    print("PE", me, "line", i)
+    print("PE", me, "err", i, file=sys.stderr)
+pgas.finalize()
+"""
+
+
+@pytest.mark.parametrize("tagged", [False, True], ids=["plain", "tagged"])
+def test_output_lines_of_pes_never_glue_even_unbuffered(tmp_path, clean_shm, tagged):
+    """print() writes the text and the newline apart when unbuffered: lines stay whole."""
+    script = tmp_path / "lines.py"
+    script.write_text(LINES)
+    proc = pgasrun(4, "python", str(script), options=["--tag-output"] if tagged else [],
+                   env={"PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stderr
+    tag = r"\[(\d)\] " if tagged else ""
+    for stream, word in ((proc.stdout, "line"), (proc.stderr, "err")):
+        lines = [line for line in stream.splitlines() if not line.startswith("pgas: using")]
+        assert len(lines) == 400, stream[:2000]
+        bad = [line for line in lines if not re.fullmatch(tag + rf"PE (\d) {word} \d+", line)]
+        assert not bad, bad[:5]
+        if tagged:
+            assert all(re.fullmatch(r"\[(\d)\] PE \1 .*", line) for line in lines)
+
+
+def test_pgasrun_help_and_bad_settings_are_one_line_each():
+    env = {**pe_env(), "PGAS_BACKEND": "gpu", "PGAS_TIMEOUT": "-4", "PGAS_SYMMETRIC_SIZE": "0"}
+    helped = subprocess.run([*PGASRUN, "--help"], env=env, capture_output=True, text=True)
+    assert helped.returncode == 0 and "usage: pgasrun" in helped.stdout, helped.stderr
+    proc = subprocess.run([*PGASRUN, "-np", "2", "python", "examples/shift.py"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "pgasrun: PGAS_BACKEND='gpu' is not valid: expected one of auto, cuda, simulator, got 'gpu'",
+        "pgasrun: PGAS_SYMMETRIC_SIZE='0' is not valid: expected a byte count > 0, got '0'",
+        "pgasrun: PGAS_TIMEOUT='-4' is not valid: expected a finite number of seconds > 0, got '-4'",
+    ]
+    assert proc.stdout == ""
+
+
+def test_pgas_info_lists_every_variable_and_marks_the_bad_ones():
+    env = {**pe_env(), "PGAS_BACKEND": "gpu", "PGAS_TIMEOUT": "nan"}
+    proc = subprocess.run([sys.executable, "-c", "from pgas.host._info import main; raise SystemExit(main())"],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr + proc.stdout
+    from pgas._env import VARIABLES
+    for name in VARIABLES:
+        assert f"  {name}=" in proc.stdout
+    assert "PGAS_BACKEND=gpu   <-- NOT VALID: expected one of auto, cuda, simulator" in proc.stdout
+    assert "PGAS_TIMEOUT=nan   <-- NOT VALID: expected a finite number of seconds > 0" in proc.stdout
+    assert "2 PGAS_* variables cannot be used" in proc.stdout
+
+
+@pytest.mark.parametrize("setting,program,message", [
+    ("PGAS_SYMMETRIC_SIZE=100t", "", "PGAS_SYMMETRIC_SIZE=100t: cannot map a symmetric heap of"),
+    ("PGAS_SYMMETRIC_SIZE=512", "", "PGAS_SYMMETRIC_SIZE=512 is too small: pgas keeps 3072 bytes of every "
+                                    "PE's heap for its own synchronization words"),
+    ("", "os.environ['PGAS_TIMEOUT'] = '-4'", "PGAS_TIMEOUT='-4' is not valid"),
+], ids=["huge-heap", "tiny-heap", "set-by-the-program"])
+def test_a_bad_setting_inside_the_pes_is_one_message(tmp_path, clean_shm, setting, program, message):
+    script = tmp_path / "config.py"
+    script.write_text(f"import os, pgas\n{program}\npgas.init()\npgas.finalize()\n")
+    env = dict([setting.split("=", 1)]) if setting else {}
+    proc = pgasrun(3, "python", str(script), env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count(message) == 1, proc.stderr
+    summary = [line for line in proc.stderr.splitlines() if message in line][0]
+    assert summary.startswith("pgasrun: PE ") and " raised PgasConfigError: " in summary
+
+
+def test_cleanup_spares_other_jobs_shared_memory(tmp_path, clean_shm):
+    """A segment another job creates during this run is not this run's to remove."""
+    script = tmp_path / "pause.py"
+    go = tmp_path / "go"
+    script.write_text("import os, time, pgas\npgas.init()\nprint('started', flush=True)\n"
+                      f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+                      "pgas.barrier_all()\nraise SystemExit(5)\n")   # a failed run: the thorough sweep
+    other = Path(f"/dev/shm/mpich_shm_otherjob{os.getpid()}")
+    proc = subprocess.Popen([*PGASRUN, "-np", "2", "python", str(script)], cwd=ROOT, env=pe_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "started"
+        other.write_bytes(b"another job's segment, not mapped yet")
+        go.touch()
+        proc.communicate(timeout=60)
+        assert proc.returncode == 5
+        assert other.exists(), "pgasrun removed another job's shared-memory file"
+    finally:
+        other.unlink(missing_ok=True)
+
+
+def test_kill_9_of_pgasrun_ends_every_pe(tmp_path, clean_shm):
+    script = tmp_path / "orphan.py"
+    script.write_text("import time, pgas\npgas.init()\nprint('started', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([*PGASRUN, "-np", "2", "python", str(script)], cwd=ROOT, env=pe_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while [p for p in running_command_lines() if str(script) in p] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in running_command_lines() if str(script) in p], "PEs outlived pgasrun"
+    time.sleep(0.5)     # the guards clean up after their PEs
+
+
+@pytest.mark.parametrize("command", [["--", "python"], ["python3"]], ids=["double-dash", "bare-python3"])
+def test_command_after_double_dash_and_bare_python_uses_pgasruns_interpreter(clean_shm, command):
+    """With PATH lacking this environment's bin/, a bare python would be one without pgas."""
+    env = {**pe_env(), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([*PGASRUN, "-np", "2", *command, "examples/shift.py"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.splitlines()) == ["PE 0 received 1", "PE 1 received 0"]

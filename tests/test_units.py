@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from pgas._env import parse_size, setting
-from pgas._errors import PgasError, PgasValueError
+from pgas._env import invalid_settings, parse_size, setting
+from pgas._errors import PgasConfigError, PgasError, PgasValueError
 from pgas.host._allocator import ALIGNMENT, HeapAllocator
 
 
@@ -46,10 +46,22 @@ def test_parse_size(text, value):
     assert parse_size(text) == value
 
 
+@pytest.mark.parametrize("name,text,expected", [
+    ("PGAS_TIMEOUT", "-4", "expected a finite number of seconds > 0"),
+    ("PGAS_TIMEOUT", "nan", "expected a finite number of seconds > 0"),
+    ("PGAS_TIMEOUT", "inf", "expected a finite number of seconds > 0"),
+    ("PGAS_SYMMETRIC_SIZE", "0", "expected a byte count > 0"),
+    ("PGAS_SYMMETRIC_SIZE", "lots", "expected a byte count such as 512m or 2g"),
+    ("PGAS_PES_PER_NODE", "two", "expected an integer > 0"),
+])
+def test_bad_settings_are_refused_naming_the_variable(monkeypatch, name, text, expected):
+    monkeypatch.setenv(name, text)
+    with pytest.raises(PgasConfigError, match=rf"{name}='{text}' is not valid: {expected}"):
+        setting(name)
+    assert invalid_settings() == {name: f"{name}='{text}' is not valid: {expected}, got '{text}'"}
+
+
 def test_setting_reports_the_variable_and_value(monkeypatch):
-    monkeypatch.setenv("PGAS_TIMEOUT", "-4")
-    with pytest.raises(PgasValueError, match=r"PGAS_TIMEOUT='-4' is not valid: expected a number of seconds > 0"):
-        setting("PGAS_TIMEOUT")
     monkeypatch.setenv("PGAS_DEBUG", "maybe")
     with pytest.raises(PgasValueError, match=r"PGAS_DEBUG='maybe' is not valid: expected 0 or 1"):
         setting("PGAS_DEBUG")

@@ -39,9 +39,14 @@ class HeapAllocator:
     def largest_free(self) -> int:
         return max(self._free_sizes.values(), default=0)
 
+    @staticmethod
+    def reserved_size(nbytes: int) -> int:
+        """The bytes an allocation of ``nbytes`` takes from the heap (aligned units)."""
+        return max(ALIGNMENT, _round_up(nbytes, ALIGNMENT))
+
     def allocate(self, nbytes: int) -> int:
         """Reserve ``nbytes`` (at least one aligned unit) and return its offset."""
-        want = max(ALIGNMENT, _round_up(nbytes, ALIGNMENT))
+        want = self.reserved_size(nbytes)
         for offset in self._free_offsets:
             have = self._free_sizes[offset]
             if have >= want:

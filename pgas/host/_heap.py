@@ -12,7 +12,8 @@ from contextlib import ExitStack
 
 import numpy as np
 
-from .._errors import PgasError, PgasValueError
+from .._env import shown
+from .._errors import PgasConfigError, PgasError, PgasValueError
 from ._bootstrap import Bootstrap
 
 __all__ = ["SymmetricHeap", "SHM_DIR", "shm_prefix", "array_span", "check_span", "overlap"]
@@ -108,6 +109,9 @@ class SymmetricHeap:
         try:
             os.ftruncate(fd, self.size)
             self._map(boot.my_pe, fd)
+        except OSError as exc:
+            raise PgasConfigError(f"{shown('PGAS_SYMMETRIC_SIZE')}: cannot map a symmetric heap of {self.size} "
+                                  f"bytes in {SHM_DIR} ({exc.strerror}); use a smaller PGAS_SYMMETRIC_SIZE") from None
         finally:
             os.close(fd)
         # Collective calls below are on the node communicator; a failure on one PE of

@@ -6,7 +6,7 @@ import os
 
 from .. import __version__
 from .._backend import backend_name
-from .._env import VARIABLES, setting
+from .._env import VARIABLES, invalid_settings, setting
 from ._runtime import runtime
 
 __all__ = ["info"]  # main is the pgas-info entry point, not API
@@ -52,8 +52,14 @@ def _transport_table() -> str | None:
 def main(argv=None) -> int:
     """Print version, backend, transports, heap size and every PGAS_* variable. Under
     pgasrun (``pgasrun -np 4 --pes-per-node 2 pgas-info``) also the transport from every PE
-    to every PE, printed once."""
+    to every PE, printed once. A variable with a bad value is marked, and the status is 1."""
     argparse.ArgumentParser(prog="pgas-info", description=main.__doc__).parse_args(argv)
+    bad = invalid_settings()
+    if bad:
+        print(f"pgas {__version__}: {len(bad)} PGAS_* variable{'s' if len(bad) > 1 else ''} "
+              "cannot be used (marked below); fix or unset them")
+        _print_environment(bad)
+        return 1
     table = _transport_table()
     if table == "":
         return 0        # a PE other than 0: PE 0 prints for everyone
@@ -64,9 +70,14 @@ def main(argv=None) -> int:
     print(table or "(run it under pgasrun, e.g. pgasrun -np 4 --pes-per-node 2 pgas-info, to see the "
                    "transport from each PE to each PE)")
     print(f"symmetric heap per PE: {setting('PGAS_SYMMETRIC_SIZE')} bytes")
+    _print_environment(bad)
+    return 0
+
+
+def _print_environment(bad: dict[str, str]) -> None:
     print("environment:")
     for var in VARIABLES.values():
         value = os.environ.get(var.name)
         shown = value if value is not None else f"{var.default} (default)" if var.default else "(unset)"
-        print(f"  {var.name}={shown}\n      {var.meaning}")
-    return 0
+        mark = "   <-- NOT VALID: " + bad[var.name].split(" is not valid: ", 1)[1] if var.name in bad else ""
+        print(f"  {var.name}={shown}{mark}\n      {var.meaning}")

@@ -19,6 +19,7 @@ import traceback
 
 import numpy as np
 
+from .. import _job
 from .._errors import PgasError, PgasTimeoutError
 from .._waiting import Wait
 from . import _mlx5 as mlx5
@@ -131,10 +132,12 @@ class Proxy:
     def _sleep_until(self, fn: str, done, waiting_for) -> None:
         """Sleep on the completion condition (no polling: the proxy wakes its waiters) until
         ``done()``; PgasTimeoutError naming ``waiting_for()`` after PGAS_TIMEOUT."""
-        deadline = time.monotonic() + self.timeout
+        started = time.monotonic()
+        deadline = started + self.timeout
         with self._completion:
             while not done():
                 self._check_alive(fn)
+                _job.heartbeat(fn, started)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for()}")

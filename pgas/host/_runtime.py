@@ -1,6 +1,7 @@
 """Lifecycle: ``init`` / ``finalize``, and the runtime state every other call reaches."""
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import time
@@ -9,12 +10,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _job
 from .._backend import backend_name
 from .._constants import MAX_TEAMS
 
 COLLECTIVE_WORDS = 8  # per team: progress counters of the host collective algorithms
-from .._env import setting
-from .._errors import PgasError, PgasTimeoutError
+from .._env import setting, shown
+from .._errors import PgasConfigError, PgasError, PgasTimeoutError
 from ._allocator import HeapAllocator
 from ._bootstrap import Bootstrap, bootstrap
 from ._heap import SymmetricHeap
@@ -49,6 +51,13 @@ class Runtime:
 
     def __post_init__(self):
         n = self.boot.n_pes
+        own_words = [MAX_TEAMS * (n + 1) * 8, MAX_TEAMS * COLLECTIVE_WORDS * 8]
+        needed = sum(self.allocator.reserved_size(nbytes) for nbytes in own_words)
+        if self.allocator.size < needed:
+            raise PgasConfigError(
+                f"{shown('PGAS_SYMMETRIC_SIZE')} is too small: pgas keeps {needed} bytes of every PE's "
+                f"heap for its own synchronization words ({MAX_TEAMS} team slots on {n} PEs); give at "
+                f"least that plus what the program allocates")
         self._sync_offset = self.allocator.allocate(MAX_TEAMS * (n + 1) * 8)
         self.sync_words = self.heap.array_at(self._sync_offset, (MAX_TEAMS, n + 1), np.int64)
         self._collective_offset = self.allocator.allocate(MAX_TEAMS * COLLECTIVE_WORDS * 8)
@@ -100,22 +109,25 @@ def runtime(fn: str) -> Runtime:
 
 
 def _end_job(how: str, code: int) -> None:
-    """Record (for pgasrun) how this PE failed, then abort every PE of the job."""
-    pe = _runtime.my_pe if _runtime is not None else os.environ.get("PMI_RANK", "?")
-    run_dir = os.environ.get("PGAS_RUN_DIR")
-    if run_dir:
-        with open(os.path.join(run_dir, f"failed-pe{pe}"), "w") as status:
-            status.write(how)
+    """Record (for pgasrun) how this PE failed, then end every PE of the job."""
+    _job.record_failure(how, code)
+    sys.stderr.flush()
+    if _job.under_pgasrun() or "mpi4py.MPI" not in sys.modules:
+        os._exit(code)      # pgasrun stops the other PEs, and says why once
     from mpi4py import MPI
     MPI.COMM_WORLD.Abort(code)
 
 
 def _report_and_abort(exc_type, exc, tb) -> None:
-    """sys.excepthook for multi-PE jobs: name the PE, then end the whole job (no hang)."""
-    pe = _runtime.my_pe if _runtime is not None else "?"
-    text = "".join(traceback.format_exception(exc_type, exc, tb))
-    sys.stderr.write("".join(f"[PE {pe}] {line}\n" for line in text.rstrip().splitlines()))
-    sys.stderr.flush()
+    """sys.excepthook under pgasrun and in multi-PE jobs: name the PE, then end the whole
+    job (no hang). A configuration error is one line, said once by pgasrun's summary."""
+    pe = _runtime.my_pe if _runtime is not None else os.environ.get("PMI_RANK", "?")
+    if issubclass(exc_type, PgasConfigError):
+        if not os.environ.get("PGAS_RUN_DIR"):
+            sys.stderr.write(f"pgas: PE {pe}: {exc}\n")
+    else:
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        sys.stderr.write("".join(f"[PE {pe}] {line}\n" for line in text.rstrip().splitlines()))
     _end_job(f"raised {exc_type.__name__}: {exc}", 1)
 
 
@@ -131,6 +143,23 @@ def _exit_ending_job(code=None):
         print(f"[PE {_runtime.my_pe}] sys.exit({code!r})", file=sys.stderr, flush=True)
         _end_job(f"exited with status {code}", code if isinstance(code, int) else 1)
     _plain_exit(code)
+
+
+_departure_watched = False
+
+
+def _watch_departure() -> None:
+    """At interpreter exit, a PE still initialized tells pgasrun it left the job. Registered
+    after MPI started, so it runs before MPI's finalize (which may block for ever while
+    the other PEs wait for this one)."""
+    global _departure_watched
+    if not _departure_watched:
+        atexit.register(_job.record_departure)
+        _departure_watched = True
+
+
+if _job.under_pgasrun():
+    sys.excepthook = _report_and_abort   # failures before init are named too
 
 
 def _heap_class():
@@ -173,6 +202,8 @@ def init(comm=None) -> None:
     _runtime = rt
     if boot.n_pes > 1:
         sys.excepthook, sys.exit = _report_and_abort, _exit_ending_job
+    _watch_departure()
+    _job.mark_live()
     wait_all(boot.comm, "pgas.init")
 
 
@@ -189,8 +220,11 @@ def finalize() -> None:
             team.comm.Free()
     rt.boot.node_comm.Free()
     rt.boot.comm.Free()
-    if sys.excepthook is _report_and_abort:
-        sys.excepthook, sys.exit = sys.__excepthook__, _plain_exit
+    if sys.exit is _exit_ending_job:
+        sys.exit = _plain_exit
+    if sys.excepthook is _report_and_abort and not _job.under_pgasrun():
+        sys.excepthook = sys.__excepthook__
+    _job.mark_finalized()
     _runtime, _finalized_once = None, True
 
 
@@ -202,9 +236,11 @@ def _poll_until(requests, what: str, waiting_for) -> None:
     from mpi4py import MPI
 
     timeout = setting("PGAS_TIMEOUT")
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     pause = 0.0
     while not MPI.Request.Testall(requests):
+        _job.heartbeat(what, started)
         if time.monotonic() > deadline:
             message = f"{what}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}"
             for request in requests:  # receives only: leave no stale match for a later barrier
