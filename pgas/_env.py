@@ -48,24 +48,21 @@ def _heap_size(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (0 < value < math.inf):
-        raise ValueError(f"expected a finite number of seconds > 0, got {text!r}")
-    return value
+def _positive(convert: Callable[[str], Any], expected: str) -> Callable[[str], Any]:
+    """A parser of finite numbers > 0 (``convert``: int or float)."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = math.nan
+        if not (0 < value < math.inf):
+            raise ValueError(f"expected {expected}, got {text!r}")
+        return value
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"expected an integer > 0, got {text!r}")
-    return value
+_positive_float = _positive(float, "a finite number of seconds > 0")
+_positive_int = _positive(int, "an integer > 0")
 
 
 def _user_address(text: str) -> int:

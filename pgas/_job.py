@@ -8,6 +8,8 @@ pgasrun gives every PE the directory in ``PGAS_RUN_DIR`` and reads it while it w
 - ``live-pe<N>``: PE N is between ``pgas.init`` and ``pgas.finalize``;
 - ``left-pe<N>``: PE N ended with status 0 while live; the collective calls the others
   make (finalize among them) can never complete;
+- ``segments-pe<N>``: MPICH's shared-memory files PE N maps after ``pgas.init`` (pgasrun
+  removes them should the run end before MPI could);
 - ``waiting-pe<N>``: the pgas call PE N has been blocked in for a while, rewritten every
   quarter of a second while the wait goes on (a heartbeat: an old file means it ended).
 
@@ -22,7 +24,7 @@ import os
 import threading
 import time
 
-__all__ = ["under_pgasrun", "record_failure", "failures", "mark_live", "mark_finalized", "record_departure", "departed",
+__all__ = ["under_pgasrun", "record_segments", "recorded_segments", "record_failure", "failures", "mark_live", "mark_finalized", "record_departure", "departed",
            "heartbeat", "waiters", "HEARTBEAT_FRESH_S"]
 
 HEARTBEAT_AFTER_S = 0.2     # waits shorter than this are never reported
@@ -95,6 +97,32 @@ def failures(run_dir: str) -> list[tuple[float, int, str, int]]:
         except (OSError, ValueError, KeyError):
             continue    # being replaced right now: read again at the next look
     return sorted(found)
+
+
+# Shared-memory files -----------------------------------------------------------------
+
+def record_segments() -> None:
+    """Tell pgasrun which of MPICH's shared-memory files this PE maps (once MPI is up)."""
+    if not under_pgasrun():
+        return
+    try:
+        with open("/proc/self/maps") as maps:
+            found = {line.split()[-1] for line in maps if "/dev/shm/mpich_shm_" in line}
+    except OSError:
+        return
+    _write(f"segments-pe{_pe()}", "\n".join(sorted(path for path in found if path.startswith("/dev/shm/"))))
+
+
+def recorded_segments(run_dir: str) -> set[str]:
+    """The MPICH files the PEs of the run said they map."""
+    found = set()
+    for _, path in _pes_with(run_dir, "segments-pe"):
+        try:
+            with open(path) as record:
+                found.update(line for line in record.read().splitlines() if line)
+        except OSError:
+            continue
+    return found
 
 
 # Leaving before finalize -----------------------------------------------------------

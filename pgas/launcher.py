@@ -122,12 +122,12 @@ class _SegmentWatch:
         self.ours: set[str] = set()
         self.looks: dict[str, int] = {}
 
-    def look(self, pids: list[int]) -> None:
-        """Attribute the segments that appeared since the run began (each looked at a few
-        times) to the processes ``pids`` of the run."""
-        new = {p for p in _mpich_segments() - self.before - self.ours if self.looks.get(p, 0) < self.LOOKS}
-        if not new:
-            return
+    def unattributed(self) -> set[str]:
+        """Segments that appeared since the run began and still wait for an owner."""
+        return {p for p in _mpich_segments() - self.before - self.ours if self.looks.get(p, 0) < self.LOOKS}
+
+    def look(self, new: set[str], pids: list[int]) -> None:
+        """Attribute ``new`` segments to the processes ``pids`` of the run, if they use them."""
         for path in new:
             self.looks[path] = self.looks.get(path, 0) + 1
         self.ours |= _in_use(new, pids)
@@ -136,9 +136,10 @@ class _SegmentWatch:
         return {path for path in self.ours if os.path.exists(path)}
 
 
-def _sweep_shared_memory(job_id: str, segments: _SegmentWatch) -> None:
+def _sweep_shared_memory(job_id: str, run_dir: str, segments: _SegmentWatch) -> None:
     """Remove this run's segments, and MPICH's that a killed PE of it could not unlink."""
-    for path in set(glob.glob(os.path.join(SHM_DIR, shm_prefix(job_id) + "*"))) | segments.leftovers():
+    mine = set(glob.glob(os.path.join(SHM_DIR, shm_prefix(job_id) + "*"))) | segments.leftovers()
+    for path in mine | {p for p in _job.recorded_segments(run_dir) if p.startswith(SHM_DIR + "/mpich_shm_")}:
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -180,15 +181,22 @@ class _RunProcesses:
         self.proc = proc
         self.segments = segments
         self.known = {proc.pid}
+        self._refreshed = 0.0
 
     def alive(self) -> list[int]:
         return [pid for pid in self.known if _alive(pid)]
 
+    REFRESH_S = 1.0     # how often the list of the run's processes is read again
+
     def look(self) -> None:
-        """Learn new processes of the run, and the segments they map."""
-        if self.proc.poll() is None:
+        """Learn new processes of the run (now and then, or when a new segment needs an
+        owner: reading /proc is not free), and the segments they map."""
+        unknown = self.segments.unattributed()
+        if self.proc.poll() is None and (unknown or time.monotonic() > self._refreshed + self.REFRESH_S):
             self.known.update(_descendants(self.proc.pid))
-        self.segments.look(self.alive())
+            self._refreshed = time.monotonic()
+        if unknown:
+            self.segments.look(unknown, self.alive())
 
     def wait_gone(self, seconds: float) -> bool:
         """Wait until every known process has ended (looking at segments meanwhile)."""
@@ -345,13 +353,13 @@ def main(argv: list[str] | None = None) -> int:
         run.stop()
         code, message = 130, "interrupted; every PE was stopped"
     finally:
-        _sweep_shared_memory(job_id, segments)
+        _sweep_shared_memory(job_id, run_dir, segments)
         shutil.rmtree(run_dir, ignore_errors=True)
     if code != 0:
         # A PE killed while MPICH set up a segment can leave it to appear a moment after the
         # run's processes are gone (seen once in CI): look again.
         time.sleep(0.3)
-        _sweep_shared_memory(job_id, segments)
+        _sweep_shared_memory(job_id, run_dir, segments)
     if message:
         print(f"pgasrun: {message}", file=sys.stderr)
     return code

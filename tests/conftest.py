@@ -21,7 +21,7 @@ TEST_ENV = {"PGAS_TIMEOUT": "30", "PGAS_SYMMETRIC_SIZE": "256m"}
 def pe_env(**extra) -> dict:
     """The environment for programs the tests start: short timeouts, a smaller heap."""
     env = {**os.environ, **TEST_ENV}
-    env.pop("PYTHONUNBUFFERED", None)  # whole lines per write, so tagged lines stay whole
+    env.pop("PYTHONUNBUFFERED", None)  # plain mpiexec passes writes on as they come: keep lines whole
     if extra.get("PGAS_BACKEND", env.get("PGAS_BACKEND")) == "cuda":
         env.pop("NUMBA_ENABLE_CUDASIM", None)  # set here if this process imported pgas first
     return {**env, **extra}
@@ -100,8 +100,9 @@ def assert_check_passed(module: str, n: int, name: str, options=(), env=None) ->
 
 
 def pe_lines(proc) -> list[str]:
-    """Tagged stdout lines ``"[pe] text"``, sorted; Hydra tags every write, so unbuffered
-    Python (text and newline written apart) also yields bare ``"[pe] "`` lines: dropped."""
+    """Tagged stdout lines ``"[pe] text"``, sorted. Under plain mpiexec Hydra tags every
+    write, so unbuffered Python (text and newline written apart) also yields bare
+    ``"[pe] "`` lines: dropped. (pgasrun's guards tag whole lines.)"""
     return sorted(line for line in proc.stdout.splitlines()
                   if line.startswith("[") and line.split("]", 1)[1].strip())
 

@@ -76,12 +76,21 @@ def test_timeout_stops_every_pe(tmp_path, clean_shm):
     assert time.monotonic() - start < 20
 
 
-def test_sigterm_to_pgasrun_stops_every_pe(tmp_path, clean_shm):
-    script = tmp_path / "hang.py"
-    script.write_text("import time, pgas\npgas.init()\nprint('started', flush=True)\ntime.sleep(60)\n")
+def start_pgasrun(script: Path, program: str) -> subprocess.Popen:
+    """pgasrun -np 2 on ``program`` (written to ``script``), once a PE has printed 'started'."""
+    script.write_text(program)
     proc = subprocess.Popen([*PGASRUN, "-np", "2", "python", str(script)], cwd=ROOT, env=pe_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "started"
+    return proc
+
+
+HANGS = "import time, pgas\npgas.init()\nprint('started', flush=True)\ntime.sleep(60)\n"
+
+
+def test_sigterm_to_pgasrun_stops_every_pe(tmp_path, clean_shm):
+    script = tmp_path / "hang.py"
+    proc = start_pgasrun(script, HANGS)
     start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=30)
@@ -204,16 +213,12 @@ def test_a_bad_setting_inside_the_pes_is_one_message(tmp_path, clean_shm, settin
 
 def test_cleanup_spares_other_jobs_shared_memory(tmp_path, clean_shm):
     """A segment another job creates during this run is not this run's to remove."""
-    script = tmp_path / "pause.py"
     go = tmp_path / "go"
-    script.write_text("import os, time, pgas\npgas.init()\nprint('started', flush=True)\n"
-                      f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
-                      "pgas.barrier_all()\nraise SystemExit(5)\n")   # a failed run: the thorough sweep
     other = Path(f"/dev/shm/mpich_shm_otherjob{os.getpid()}")
-    proc = subprocess.Popen([*PGASRUN, "-np", "2", "python", str(script)], cwd=ROOT, env=pe_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_pgasrun(tmp_path / "pause.py", "import os, time, pgas\npgas.init()\nprint('started', flush=True)\n"
+                         f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+                         "pgas.barrier_all()\nraise SystemExit(5)\n")   # a failed run: the thorough sweep
     try:
-        assert proc.stdout.readline().strip() == "started"
         other.write_bytes(b"another job's segment, not mapped yet")
         go.touch()
         proc.communicate(timeout=60)
@@ -225,10 +230,7 @@ def test_cleanup_spares_other_jobs_shared_memory(tmp_path, clean_shm):
 
 def test_kill_9_of_pgasrun_ends_every_pe(tmp_path, clean_shm):
     script = tmp_path / "orphan.py"
-    script.write_text("import time, pgas\npgas.init()\nprint('started', flush=True)\ntime.sleep(60)\n")
-    proc = subprocess.Popen([*PGASRUN, "-np", "2", "python", str(script)], cwd=ROOT, env=pe_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "started"
+    proc = start_pgasrun(script, HANGS)
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10

@@ -204,6 +204,7 @@ def init(comm=None) -> None:
         sys.excepthook, sys.exit = _report_and_abort, _exit_ending_job
     _watch_departure()
     _job.mark_live()
+    _job.record_segments()
     wait_all(boot.comm, "pgas.init")
 
 
