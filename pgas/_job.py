@@ -20,22 +20,24 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import threading
 import time
 
 __all__ = ["under_pgasrun", "record_segments", "recorded_segments", "record_failure", "failures", "mark_live", "mark_finalized", "record_departure", "departed",
-           "heartbeat", "waiters", "HEARTBEAT_FRESH_S"]
+           "Heartbeat", "waiters", "HEARTBEAT_FRESH_S"]
 
 HEARTBEAT_AFTER_S = 0.2     # waits shorter than this are never reported
 HEARTBEAT_EVERY_S = 0.25
 HEARTBEAT_FRESH_S = 1.0     # pgasrun: a heartbeat older than this is a wait that ended
 
-_last_beat = 0.0
-
 
 def _run_dir() -> str | None:
     return os.environ.get("PGAS_RUN_DIR") or None
+
+
+_UNDER_PGASRUN = _run_dir() is not None     # fixed for the life of a PE
 
 
 def under_pgasrun() -> bool:
@@ -155,16 +157,21 @@ def departed(run_dir: str) -> list[int]:
 
 # Waits -------------------------------------------------------------------------------
 
-def heartbeat(fn: str, started: float) -> None:
-    """Called from wait loops: a wait that began at ``started`` (time.monotonic) in pgas
-    call ``fn`` is still going on. Cheap: it writes at most four times a second, and
-    only for waits longer than HEARTBEAT_AFTER_S."""
-    global _last_beat
-    now = time.monotonic()
-    if now - started < HEARTBEAT_AFTER_S or now - _last_beat < HEARTBEAT_EVERY_S or _run_dir() is None:
-        return
-    _last_beat = now
-    _write(f"waiting-pe{_pe()}", fn)
+class Heartbeat:
+    """Tells pgasrun that a wait in pgas call ``fn``, begun at ``started`` (monotonic), goes
+    on. Wait loops compare ``time.monotonic()`` with ``due`` (one comparison per turn, so
+    hot loops pay nothing) and call ``beat`` when it has come: after HEARTBEAT_AFTER_S,
+    then every HEARTBEAT_EVERY_S. Outside pgasrun it is never due."""
+
+    __slots__ = ("fn", "due")
+
+    def __init__(self, fn: str, started: float):
+        self.fn = fn
+        self.due = started + HEARTBEAT_AFTER_S if _UNDER_PGASRUN else math.inf
+
+    def beat(self, now: float) -> None:
+        self.due = now + HEARTBEAT_EVERY_S
+        _write(f"waiting-pe{_pe()}", self.fn)
 
 
 def waiters(run_dir: str) -> dict[int, str]:

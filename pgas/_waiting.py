@@ -50,7 +50,7 @@ class Wait:
         self.fn = fn
         self.timeout = timeout
         now = time.monotonic()
-        self.started = now
+        self.heartbeat = _job.Heartbeat(fn, now)     # pgasrun ends the run if a PE it needs is gone
         self.deadline = now + timeout
         self.spin_until = now + spin_s
         self.backoff_s = backoff_s      # > 0: sleeps grow from a yield up to this long
@@ -65,7 +65,8 @@ class Wait:
         if now > self.deadline:
             what = waiting_for() if callable(waiting_for) else waiting_for
             raise PgasTimeoutError(f"{self.fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {what}")
-        _job.heartbeat(self.fn, self.started)   # pgasrun ends the run if a PE it needs is gone
+        if now >= self.heartbeat.due:
+            self.heartbeat.beat(now)
         time.sleep(self._sleep)  # let whoever we wait for run (a simulated thread, or a peer on this core)
         if self.backoff_s:       # many waiters (simulated threads) must not starve the one they wait for
             self._sleep = min(self._sleep * 2 + 1e-6, self.backoff_s)

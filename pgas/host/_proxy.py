@@ -134,11 +134,14 @@ class Proxy:
         ``done()``; PgasTimeoutError naming ``waiting_for()`` after PGAS_TIMEOUT."""
         started = time.monotonic()
         deadline = started + self.timeout
+        heartbeat = _job.Heartbeat(fn, started)
         with self._completion:
             while not done():
                 self._check_alive(fn)
-                _job.heartbeat(fn, started)
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                if now >= heartbeat.due:
+                    heartbeat.beat(now)
+                left = deadline - now
                 if left <= 0:
                     raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for()}")
                 self._completion.wait(min(left, 0.1))

@@ -111,6 +111,7 @@ def runtime(fn: str) -> Runtime:
 def _end_job(how: str, code: int) -> None:
     """Record (for pgasrun) how this PE failed, then end every PE of the job."""
     _job.record_failure(how, code)
+    _job.record_segments()      # pgasrun removes what this PE's MPI cannot now
     sys.stderr.flush()
     if _job.under_pgasrun() or "mpi4py.MPI" not in sys.modules:
         os._exit(code)      # pgasrun stops the other PEs, and says why once
@@ -192,6 +193,7 @@ def init(comm=None) -> None:
     size = setting("PGAS_SYMMETRIC_SIZE")
     debug, timeout = setting("PGAS_DEBUG"), setting("PGAS_TIMEOUT")
     boot = bootstrap(comm)
+    _job.record_segments()      # MPI is up: its shared-memory files exist now
     heap = heap_class(boot, size, timeout)
     try:
         rt = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
@@ -204,7 +206,6 @@ def init(comm=None) -> None:
         sys.excepthook, sys.exit = _report_and_abort, _exit_ending_job
     _watch_departure()
     _job.mark_live()
-    _job.record_segments()
     wait_all(boot.comm, "pgas.init")
 
 
@@ -239,10 +240,13 @@ def _poll_until(requests, what: str, waiting_for) -> None:
     timeout = setting("PGAS_TIMEOUT")
     started = time.monotonic()
     deadline = started + timeout
+    heartbeat = _job.Heartbeat(what, started)
     pause = 0.0
     while not MPI.Request.Testall(requests):
-        _job.heartbeat(what, started)
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now >= heartbeat.due:
+            heartbeat.beat(now)
+        if now > deadline:
             message = f"{what}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}"
             for request in requests:  # receives only: leave no stale match for a later barrier
                 if request != MPI.REQUEST_NULL and not request.Test():
