@@ -25,7 +25,7 @@ import os
 import threading
 import time
 
-__all__ = ["under_pgasrun", "record_segments", "recorded_segments", "record_failure", "failures", "mark_live", "mark_finalized", "record_departure", "departed",
+__all__ = ["under_pgasrun", "mapped_segments", "record_segments", "recorded_segments", "record_failure", "failures", "mark_live", "mark_finalized", "record_departure", "departed",
            "Heartbeat", "waiters", "HEARTBEAT_FRESH_S"]
 
 HEARTBEAT_AFTER_S = 0.2     # waits shorter than this are never reported
@@ -103,16 +103,20 @@ def failures(run_dir: str) -> list[tuple[float, int, str, int]]:
 
 # Shared-memory files -----------------------------------------------------------------
 
-def record_segments() -> None:
-    """Tell pgasrun which of MPICH's shared-memory files this PE maps (once MPI is up)."""
-    if not under_pgasrun():
-        return
+def mapped_segments(pid: int | str = "self") -> set[str]:
+    """MPICH's shared-memory files that process ``pid`` maps (none if it cannot be read)."""
     try:
-        with open("/proc/self/maps") as maps:
+        with open(f"/proc/{pid}/maps") as maps:
             found = {line.split()[-1] for line in maps if "/dev/shm/mpich_shm_" in line}
     except OSError:
-        return
-    _write(f"segments-pe{_pe()}", "\n".join(sorted(path for path in found if path.startswith("/dev/shm/"))))
+        return set()
+    return {path for path in found if path.startswith("/dev/shm/")}    # not "(deleted)"
+
+
+def record_segments() -> None:
+    """Tell pgasrun which of MPICH's shared-memory files this PE maps (once MPI is up)."""
+    if under_pgasrun():
+        _write(f"segments-pe{_pe()}", "\n".join(sorted(mapped_segments())))
 
 
 def recorded_segments(run_dir: str) -> set[str]:

@@ -159,11 +159,7 @@ def _stop_child(child: int) -> None:
 def _end_orphaned_run(child: int) -> None:
     """pgasrun is gone: stop the child and clean up what pgasrun would have: MPICH's
     shared-memory files the child mapped, and the run's directory."""
-    try:
-        with open(f"/proc/{child}/maps") as maps:
-            segments = {line.split()[-1] for line in maps if "/dev/shm/mpich_shm_" in line}
-    except OSError:
-        segments = set()
+    segments = _job.mapped_segments(child)
     _stop_child(child)
     for path in segments:
         try:
