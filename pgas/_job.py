@@ -25,7 +25,7 @@ import os
 import threading
 import time
 
-__all__ = ["under_pgasrun", "mapped_segments", "record_segments", "recorded_segments", "record_failure", "failures", "mark_live", "mark_finalized", "record_departure", "departed",
+__all__ = ["under_pgasrun", "mapped_segments", "record_segments", "recorded_segments", "record_failure", "failures", "mark_live", "mark_finalized", "record_departure", "live", "departed",
            "Heartbeat", "waiters", "HEARTBEAT_FRESH_S"]
 
 HEARTBEAT_AFTER_S = 0.2     # waits shorter than this are never reported
@@ -152,6 +152,11 @@ def record_departure() -> None:
     """This PE ends with status 0; if it is still live, tell pgasrun it left the job."""
     if _exists(f"live-pe{_pe()}") and not _exists(f"left-pe{_pe()}"):
         _write(f"left-pe{_pe()}", "exited (status 0) before pgas.finalize")
+
+
+def live(run_dir: str) -> list[int]:
+    """The PEs that called ``pgas.init`` and have not completed ``pgas.finalize``."""
+    return sorted(pe for pe, _ in _pes_with(run_dir, "live-pe"))
 
 
 def departed(run_dir: str) -> list[int]:

@@ -146,16 +146,22 @@ def _sweep_shared_memory(job_id: str, run_dir: str, segments: _SegmentWatch) -> 
             pass
 
 
+def _stat_fields(stat_path: str) -> list[str]:
+    """The fields of a /proc/<pid>/stat after the command name (state, ppid, ...); [] if gone."""
+    try:
+        with open(stat_path) as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _descendants(root: int) -> list[int]:
     """``root`` and every process below it (Hydra puts each PE in a process group of its own)."""
     children: dict[int, list[int]] = {}
     for stat_path in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat_path) as stat:
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(stat_path.split("/")[2]))
+        fields = _stat_fields(stat_path)
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(stat_path.split("/")[2]))
     found, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -166,11 +172,8 @@ def _descendants(root: int) -> list[int]:
 
 def _alive(pid: int) -> bool:
     """True while process ``pid`` runs (a zombie has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 class _RunProcesses:
@@ -278,7 +281,8 @@ def _supervise(run: _RunProcesses, run_dir: str, timeout: float | None) -> tuple
         extra = f" ({others} more PE{'s' if others > 1 else ''} failed after it)" if others else ""
         return pe_code or 1, f"PE {pe} {how}; the other PEs were stopped{extra}"
     left = _job.departed(run_dir)
-    if left and code != 0:      # MPI itself ended the others (a PE that skipped MPI's finalize)
+    # MPI itself ended the others (a PE that skipped MPI's finalize), whatever mpiexec says
+    if left and (code != 0 or set(_job.live(run_dir)) - set(left)):
         return 1, (f"{_pe_list(left)} exited (status 0) before pgas.finalize; the other PEs were stopped "
                    f"(mpiexec ended with status {code})")
     if code != 0:

@@ -124,7 +124,7 @@ def _report_and_abort(exc_type, exc, tb) -> None:
     job (no hang). A configuration error is one line, said once by pgasrun's summary."""
     pe = _runtime.my_pe if _runtime is not None else os.environ.get("PMI_RANK", "?")
     if issubclass(exc_type, PgasConfigError):
-        if not os.environ.get("PGAS_RUN_DIR"):
+        if not _job.under_pgasrun():
             sys.stderr.write(f"pgas: PE {pe}: {exc}\n")
     else:
         text = "".join(traceback.format_exception(exc_type, exc, tb))
