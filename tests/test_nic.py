@@ -109,7 +109,7 @@ def p_kernel(dest, pe):
 pgas.init()
 me = pgas.my_pe()
 rt = runtime("test")
-nic, px, heap_lkey = rt.transports.nic, rt.transports.proxy, rt.transports.heap_region.lkey
+nic, px, heap_lkey = rt.transports.nic, rt.transports.engine, rt.transports.heap_region.lkey
 canary = pgas.full(16, 7, np.int64)
 mine = as_ndarray(canary, "test", "canary")
 offset = rt.heap.offset_of(mine, "test", "canary")
@@ -144,8 +144,13 @@ if me == 0:
         assert "remote access error" in str(e), e
     # the WQE a device p wrote: an inline RDMA write to PE 1's copy, keys and address from init
     p_kernel[1, 1](canary, 1)
-    qp = nic.qps[1]
-    wqe = mlx5.read_wqe(qp.sq, px._producer[qp.qpn] - 1)
+    if rt.transports.remote_transport == "ibgda":
+        qp = px.queues[1].qp
+        last = px.queues[1].counter("last") - 1
+    else:
+        qp = px.qps[1]
+        last = px._producer[qp.qpn] - 1
+    wqe = mlx5.read_wqe(qp.sq, last)
     assert (wqe.opcode, wqe.qpn, wqe.ds, wqe.signaled) == (mlx5.OP_RDMA_WRITE, qp.qpn, 3, True), wqe
     assert wqe.rkey == remote.rkey and wqe.raddr == remote.base + offset + 24, wqe
     assert wqe.inline == np.int64(99).tobytes(), wqe
@@ -160,12 +165,48 @@ print("ok")
 """
 
 
-def test_forged_and_out_of_range_requests_are_refused(tmp_path, clean_shm):
+@pytest.mark.parametrize("transport", ["ibgda", "proxy"])
+def test_forged_and_out_of_range_requests_are_refused(tmp_path, clean_shm, transport):
     script = tmp_path / "forged.py"
     script.write_text(FORGED)
+    proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"],
+                   env={"PGAS_REMOTE_TRANSPORT": transport})
+    assert proc.returncode == 0, proc.stderr
+    assert pe_lines(proc) == ["[0] ok", "[1] ok"]
+
+
+FALLBACK = r"""
+import numpy as np
+import pgas
+from pgas.host import _ibgda_code
+
+
+def unavailable():
+    raise RuntimeError("no LLVM here")
+
+
+_ibgda_code.compiled = unavailable        # as where llvmlite cannot compile
+pgas.init()
+me, other = pgas.my_pe(), 1 - pgas.my_pe()
+assert pgas.info()["transports"][other] == "proxy", pgas.info()["transports"]
+a = pgas.zeros(4, np.int64)
+pgas.put(a[me:me + 1], np.array([10 + me]), other)
+pgas.barrier_all()
+assert a.copy_to_host().tolist()[other] == 10 + other
+pgas.finalize()
+print("ok")
+"""
+
+
+def test_where_ibgda_cannot_be_set_up_pgas_says_so_once_and_uses_the_proxy(tmp_path, clean_shm):
+    script = tmp_path / "fallback.py"
+    script.write_text(FALLBACK)
     proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"])
     assert proc.returncode == 0, proc.stderr
     assert pe_lines(proc) == ["[0] ok", "[1] ok"]
+    for pe in (0, 1):
+        said = f"pgas (PE {pe}): the GPU-initiated NIC path (ibgda) cannot be set up here (RuntimeError: no LLVM here); using the CPU proxy"
+        assert proc.stderr.count(said) == 1, proc.stderr
 
 
 SILENT_PEER = r"""
@@ -210,9 +251,10 @@ def test_a_remote_peer_that_stops_or_dies_ends_the_run(tmp_path, clean_shm, how)
         assert "pgasrun: PE 2 exited with status 3" in proc.stderr, proc.stderr
 
 
-def test_load_many_threads_small_puts_and_atomics_across_nodes(clean_shm):
+@pytest.mark.parametrize("transport", ["ibgda", "proxy"])
+def test_load_many_threads_small_puts_and_atomics_across_nodes(clean_shm, transport):
     """The load test at a modest size (the full size: docs/benchmarks.md)."""
     proc = pgasrun(4, "python", "-m", "pgas.bench", "nic_load", "--threads", "32", "--ops", "4",
-                   options=["--pes-per-node", "2"], timeout=300)
+                   options=["--pes-per-node", "2"], env={"PGAS_REMOTE_TRANSPORT": transport}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("checksums ok, nothing lost or duplicated") == 4, proc.stdout

@@ -1,5 +1,6 @@
 """Every check in tests/pe/checks_*.py, run through pgasrun on 1 to 6 PEs of one node, and
-again across emulated nodes, where PEs on other nodes are reached through the NIC (proxy)."""
+again across emulated nodes, where PEs on other nodes are reached through the NIC (the
+GPU-initiated path and the CPU proxy)."""
 import pytest
 
 from conftest import assert_check_passed, check_names
@@ -20,15 +21,18 @@ MODULES = {
     "checks_collectives": ([1, 2, 3, 4, 5, 6], {}),
     "checks_device_collectives": ([1, 2, 3, 5], {}),
 }
-# Emulated nodes: (PEs, PEs per node). 4 PEs as 2 nodes of 2 mix both paths in one run;
-# 3 PEs one per node send everything through the NIC. The host collectives run on the
-# mixed layout only (their split teams span nodes there too), to keep the suite short.
-LAYOUTS = [(4, 2), (3, 1)]
+# Emulated nodes: (PEs, PEs per node). 4 PEs as 2 nodes of 2 mix load/store and the NIC
+# in one run; 3 PEs one per node send everything through the NIC. Each remote transport
+# (the GPU-initiated path, the default, and the CPU proxy) runs every module. The host
+# collectives run on the mixed layout only (their split teams span nodes there too), and
+# the proxy on one layout per module, to keep the suite short.
+LAYOUTS = {"ibgda": [(4, 2), (3, 1)], "proxy": [(4, 2)]}
 MIXED_ONLY = {"checks_collectives"}
 
 CASES = [(module, n, name) for module, (counts, _) in MODULES.items() for n in counts
          for name in check_names(module)]
-REMOTE_CASES = [(module, n, per_node, name) for module in MODULES for n, per_node in LAYOUTS
+REMOTE_CASES = [(transport, module, n, per_node, name) for transport, layouts in LAYOUTS.items()
+                for module in MODULES for n, per_node in layouts
                 if module not in MIXED_ONLY or per_node > 1 for name in check_names(module)]
 
 
@@ -37,7 +41,8 @@ def test_on_pes(module, n, name):
     assert_check_passed(module, n, name, env=MODULES[module][1])
 
 
-@pytest.mark.parametrize("module,n,per_node,name", REMOTE_CASES,
-                         ids=[f"{m}-{n}pe-{k}per-node-{c}" for m, n, k, c in REMOTE_CASES])
-def test_across_nodes(module, n, per_node, name):
-    assert_check_passed(module, n, name, options=("--pes-per-node", str(per_node)), env=MODULES[module][1])
+@pytest.mark.parametrize("transport,module,n,per_node,name", REMOTE_CASES,
+                         ids=[f"{t}-{m}-{n}pe-{k}per-node-{c}" for t, m, n, k, c in REMOTE_CASES])
+def test_across_nodes(transport, module, n, per_node, name):
+    assert_check_passed(module, n, name, options=("--pes-per-node", str(per_node)),
+                        env={**MODULES[module][1], "PGAS_REMOTE_TRANSPORT": transport})

@@ -1,17 +1,20 @@
-"""Small operations through the NIC: latency and message rate, beside MPI RMA in the same run.
+"""Small operations through the NIC: latency and message rate of the GPU-initiated path
+(ibgda) and of the CPU proxy, beside MPI RMA, in the same run.
 
     pgasrun -np 2 --pes-per-node 1 python -m pgas.bench remote [--plot remote.png]
 
-PE 0 targets PE 1 on another (emulated) node. pgas side, from kernels: the latency of an
-8-byte ``p`` followed by ``quiet`` and of an ``atomic_fetch_add`` (one thread, one after the
-other), and the message rate of ``p`` (non-blocking) and ``atomic_add`` issued by 1 to 64
-threads at once, each thread then calling ``quiet``. MPI side, the same pattern with
+PE 0 targets PE 1 on another (emulated) node. pgas side, from kernels, once through each
+remote transport (switched between phases): the latency of an 8-byte ``p`` followed by
+``quiet`` and of an ``atomic_fetch_add`` (one thread, one after the other), and the
+message rate of ``p``, ``put_nbi``, ``atomic_add`` and ``atomic_fetch_add`` issued by 1 to
+128 threads at once (each thread then calls ``quiet``). MPI side, the same pattern with
 mpi4py on a window of PE 1 (passive target, ``Lock_all``): ``Put`` + ``Flush`` and
-``Fetch_and_op`` latency, and the rate of ``Put``/``Accumulate`` followed by one ``Flush``.
-While PE 0 measures, PE 1 waits in a sleeping barrier (pgas) or in an MPI barrier (MPI,
-whose passive-target RMA progresses only while the target is inside MPI). Best of
-several repetitions; the ratio columns are pgas / MPI (rates) and MPI / pgas (latency),
-so above 1 means pgas is ahead.
+``Fetch_and_op`` latency, and the rate of ``Put``/``Accumulate``/``Fetch_and_op`` with one
+``Flush`` per batch of as many operations as there are threads. While PE 0 measures,
+PE 1 waits in a sleeping barrier (pgas) or in an MPI barrier (MPI, whose passive-target
+RMA progresses only while the target is inside MPI). Best of several repetitions. The
+last columns: ibgda / proxy, and ibgda against MPI (rates: ibgda / MPI; latency:
+MPI / ibgda), so above 1 means ibgda is ahead.
 """
 from __future__ import annotations
 
@@ -24,11 +27,14 @@ from numba import cuda
 
 import pgas
 import pgas.device as dev
+from pgas.host._runtime import runtime
 
 from ._plot import pyplot
 
 REPEATS = 3
-THREADS = [1, 4, 16, 64]
+THREADS = [1, 4, 16, 64, 128]
+TRANSPORTS = ("ibgda", "proxy")
+KINDS = ("p", "put_nbi", "add", "fetch_add")
 
 
 @cuda.jit
@@ -45,7 +51,7 @@ def _fadd_latency(dest, iters):
 
 
 @cuda.jit
-def _put_rate(dest, iters):
+def _p_rate(dest, src, iters):
     t = cuda.threadIdx.x
     for i in range(iters):
         dev.p(dest[t:], i, 1)
@@ -53,10 +59,27 @@ def _put_rate(dest, iters):
 
 
 @cuda.jit
-def _add_rate(dest, iters):
+def _put_nbi_rate(dest, src, iters):
+    t = cuda.threadIdx.x
+    for i in range(iters):
+        dev.put_nbi(dest[t:t + 1], src[t:t + 1], 1)
+    dev.quiet()
+
+
+@cuda.jit
+def _add_rate(dest, src, iters):
     for i in range(iters):
         dev.atomic_add(dest, 1, 1)
     dev.quiet()
+
+
+@cuda.jit
+def _fetch_add_rate(dest, src, iters):
+    for i in range(iters):
+        dev.atomic_fetch_add(dest, 1, 1)
+
+
+RATE_KERNELS = {"p": _p_rate, "put_nbi": _put_nbi_rate, "add": _add_rate, "fetch_add": _fetch_add_rate}
 
 
 def _best(action) -> float:
@@ -68,16 +91,22 @@ def _best(action) -> float:
     return best
 
 
-def _pgas_figures(dest, iters: int) -> dict:
+def _iterations(threads: int, messages: int) -> int:
+    """Operations per thread so that a repetition sends about ``messages`` in all."""
+    return max(2, messages // threads)
+
+
+def _pgas_figures(dest, src, iters: int, messages: int) -> dict:
     figures = {"put latency us": _best(lambda: _put_latency[1, 1](dest, iters)) / iters * 1e6,
                "fetch-add latency us": _best(lambda: _fadd_latency[1, 1](dest, iters)) / iters * 1e6}
     for t in THREADS:
-        figures[f"put rate {t}"] = t * iters / _best(lambda: _put_rate[1, t](dest, iters))
-        figures[f"add rate {t}"] = t * iters / _best(lambda: _add_rate[1, t](dest, iters))
+        each = _iterations(t, messages)
+        for kind, kernel in RATE_KERNELS.items():
+            figures[f"{kind} rate {t}"] = t * each / _best(lambda: kernel[1, t](dest, src, each))
     return figures
 
 
-def _mpi_figures(win, iters: int) -> dict:
+def _mpi_figures(win, iters: int, messages: int) -> dict:
     one, out = np.ones(1, np.int64), np.zeros(1, np.int64)
 
     def put_flush():
@@ -92,20 +121,18 @@ def _mpi_figures(win, iters: int) -> dict:
 
     figures = {"put latency us": _best(put_flush) / iters * 1e6,
                "fetch-add latency us": _best(fetch_add) / iters * 1e6}
-    for t in THREADS:   # t messages in flight per flush, as t threads would have
-        def puts():
-            for _ in range(iters):
-                for _ in range(t):
-                    win.Put(one, 1)
-            win.Flush(1)
-
-        def adds():
-            for _ in range(iters):
-                for _ in range(t):
-                    win.Accumulate(one, 1, op=MPI.SUM)
-            win.Flush(1)
-        figures[f"put rate {t}"] = t * iters / _best(puts)
-        figures[f"add rate {t}"] = t * iters / _best(adds)
+    operations = {"p": lambda: win.Put(one, 1), "put_nbi": lambda: win.Put(one, 1),
+                  "add": lambda: win.Accumulate(one, 1, op=MPI.SUM),
+                  "fetch_add": lambda: win.Fetch_and_op(one, out, 1, op=MPI.SUM)}
+    for t in THREADS:   # t operations in flight per flush, as t threads would have
+        each = _iterations(t, messages)
+        for kind, operation in operations.items():
+            def batches():
+                for _ in range(each):
+                    for _ in range(t):
+                        operation()
+                    win.Flush(1)
+            figures[f"{kind} rate {t}"] = t * each / _best(batches)
     return figures
 
 
@@ -113,24 +140,37 @@ def _plot(path: str, ours: dict, theirs: dict) -> None:
     plt = pyplot(path)
     if plt is None:
         return
-    plt.figure(figsize=(6, 4))
-    for kind in ("put", "add"):
-        plt.plot(THREADS, [ours[f"{kind} rate {t}"] for t in THREADS], marker="o", label=f"pgas {kind}")
-        plt.plot(THREADS, [theirs[f"{kind} rate {t}"] for t in THREADS], marker="x", ls="--", label=f"MPI {kind}")
-    plt.xscale("log", base=2)
-    plt.yscale("log")
-    plt.xlabel("threads (MPI: messages per flush)")
-    plt.ylabel("messages per second")
-    plt.title("8-byte remote operations, 2 PEs on 2 emulated nodes")
-    plt.legend()
-    plt.tight_layout()
-    plt.savefig(path)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, kinds in zip(axes, (("p", "put_nbi"), ("add", "fetch_add"))):
+        for kind in kinds:
+            for transport, marker in zip(TRANSPORTS, ("o", "s")):
+                ax.plot(THREADS, [ours[transport][f"{kind} rate {t}"] for t in THREADS], marker=marker,
+                        label=f"{transport} {kind}")
+            ax.plot(THREADS, [theirs[f"{kind} rate {t}"] for t in THREADS], marker="x", ls="--",
+                    label=f"MPI {kind}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("threads (MPI: operations per flush)")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("messages per second")
+    fig.suptitle("8-byte remote operations, 2 PEs on 2 emulated nodes")
+    fig.tight_layout()
+    fig.savefig(path)
     print(f"plot written to {path}")
+
+
+def _label(key: str) -> str:
+    if key.endswith("us"):
+        return key
+    kind, _, threads = key.split()
+    return f"{kind} rate/s, {threads} thr"
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pgas.bench remote", description=__doc__.split("\n")[0])
-    parser.add_argument("--iters", type=int, default=200, help="operations per thread per repetition")
+    parser.add_argument("--iters", type=int, default=100, help="operations per latency repetition")
+    parser.add_argument("--messages", type=int, default=1024,
+                        help="operations per rate repetition (split among the threads)")
     parser.add_argument("--plot", metavar="PNG", help="write a message-rate plot here (needs matplotlib)")
     args = parser.parse_args(argv)
     pgas.init()
@@ -138,24 +178,35 @@ def main(argv=None) -> None:
     if n != 2 or pgas.info()["transports"][1 - me] == "p2p":
         raise SystemExit("remote needs 2 PEs on 2 nodes: pgasrun -np 2 --pes-per-node 1 python -m pgas.bench remote")
     dest = pgas.zeros(max(THREADS), np.int64)
-    ours = _pgas_figures(dest, args.iters) if me == 0 else None
+    src = pgas.zeros(max(THREADS), np.int64)
+    transports = runtime("pgas.bench").transports
+    ours = {}
+    for transport in TRANSPORTS:
+        pgas.barrier_all()
+        transports.use_remote(transport)
+        if transports.remote_transport != transport:
+            raise SystemExit(f"the {transport} path could not be set up here")
+        if me == 0:
+            ours[transport] = _pgas_figures(dest, src, args.iters, args.messages)
     pgas.barrier_all()
     comm = MPI.COMM_WORLD
     win = MPI.Win.Allocate(8 * max(THREADS), comm=comm)
     win.Lock_all()
-    theirs = _mpi_figures(win, args.iters) if me == 0 else None
+    theirs = _mpi_figures(win, args.iters, args.messages) if me == 0 else None
     comm.Barrier()
     win.Unlock_all()
     win.Free()
     if me == 0:
-        print(f"{'':26} {'pgas':>12} {'MPI':>12} {'pgas ahead x':>13}")
-        for key in ours:
+        print(f"{'':26} {'ibgda':>11} {'proxy':>11} {'MPI':>11} {'ibgda/proxy':>12} {'ibgda vs MPI':>13}")
+        for key in ours["ibgda"]:
             latency = key.endswith("us")
-            ratio = theirs[key] / ours[key] if latency else ours[key] / theirs[key]
-            label = key if latency else key.replace("rate", "rate/s,") + " threads"
-            print(f"{label:26} {ours[key]:12,.1f} {theirs[key]:12,.1f} {ratio:13.3g}")
+            gpu, cpu, mpi = ours["ibgda"][key], ours["proxy"][key], theirs[key]
+            over_proxy = cpu / gpu if latency else gpu / cpu
+            over_mpi = mpi / gpu if latency else gpu / mpi
+            print(f"{_label(key):26} {gpu:11,.1f} {cpu:11,.1f} {mpi:11,.1f} {over_proxy:12.3g} {over_mpi:13.3g}")
         if args.plot:
             _plot(args.plot, ours, theirs)
+    pgas.free(src)
     pgas.free(dest)
     pgas.finalize()
 

@@ -20,6 +20,7 @@ __all__ = ["BB", "OP_RDMA_WRITE", "OP_RDMA_READ", "OP_ATOMIC_CS", "OP_ATOMIC_FA"
            "OP_MASKED_FA", "OPMOD_EXT_ATOMIC_4", "OPMOD_EXT_ATOMIC_8", "CQ_UPDATE", "MAX_INLINE",
            "SYNDROME_LOCAL_PROT", "SYNDROME_REMOTE_INVALID", "SYNDROME_REMOTE_ACCESS", "SYNDROMES",
            "CQE_REQ", "CQE_REQ_ERR", "Wqe", "write_wqe", "read_wqe", "write_cqe", "read_cqe", "empty_cq",
+           "write_collapsed_cqe", "read_collapsed_cqe", "refusal", "read_wqes", "WQE_FIELDS",
            "OPCODE_NAMES"]
 
 BB = 64                      # bytes per basic block
@@ -164,6 +165,68 @@ def read_wqe(sq: np.ndarray, index: int) -> Wqe:
     return wqe
 
 
+# A basic block seen through every field a one-block WQE may have (overlapping views).
+_BLOCK = np.dtype({"names": ["ctrl0", "ctrl1", "fm_ce_se", "raddr", "rkey", "w32", "w36", "w40", "w44", "q32", "q40",
+                             "w48", "w52", "q56"],
+                   "formats": [">u4", ">u4", "u1", ">u8", ">u4", ">u4", ">u4", ">u4", ">u4", ">u8", ">u8", ">u4", ">u4",
+                               ">u8"],
+                   "offsets": [0, 4, 11, 16, 24, 32, 36, 40, 44, 32, 40, 48, 52, 56], "itemsize": BB})
+# Decoded WQEs, one row each (what ``Wqe`` holds, for many at once). ``size``: atomic
+# operand size (0 for RDMA reads and writes); ``inline_data``: the bytes of an inline write.
+WQE_FIELDS = np.dtype([("opcode", "u1"), ("opmod", "u1"), ("signaled", "?"), ("inline", "?"), ("index", "u4"),
+                       ("qpn", "u4"), ("ds", "u4"), ("rkey", "u4"), ("lkey", "u4"), ("raddr", "u8"), ("laddr", "u8"),
+                       ("nbytes", "u8"), ("size", "u8"), ("operands", "u8", (4,)), ("inline_data", "u1", (MAX_INLINE,))])
+
+
+def read_wqes(sq: np.ndarray, index: int, blocks: int) -> np.ndarray:
+    """Decode every WQE in the ``blocks`` basic blocks from WQE index ``index`` of ``sq``
+    (a doorbell's worth): a WQE_FIELDS array. One-block WQEs are decoded all at once with
+    a structured view; a batch holding a two-block WQE is decoded one WQE at a time."""
+    depth = sq.shape[0]
+    first = index % depth
+    rows = sq[first:first + blocks] if first + blocks <= depth else np.concatenate((sq[first:], sq[:first + blocks - depth]))
+    b = np.ascontiguousarray(rows).view(_BLOCK).reshape(blocks)
+    if ((b["ctrl1"] & 0xFF) * 16 > BB).any():
+        return _read_wqes_one_by_one(sq, index, blocks)
+    out = np.zeros(blocks, WQE_FIELDS)
+    ctrl0 = b["ctrl0"]
+    opcode = (ctrl0 & 0xFF).astype(np.uint8)
+    out["opcode"], out["opmod"], out["index"] = opcode, ctrl0 >> 24, (ctrl0 >> 8) & 0xFFFF
+    out["qpn"], out["ds"] = b["ctrl1"] >> 8, b["ctrl1"] & 0xFF
+    out["signaled"] = (b["fm_ce_se"] & CQ_UPDATE) != 0
+    out["raddr"], out["rkey"] = b["raddr"], b["rkey"]
+    rw = (opcode == OP_RDMA_WRITE) | (opcode == OP_RDMA_READ)
+    inline = (opcode == OP_RDMA_WRITE) & ((b["w32"] & INLINE_FLAG) != 0)
+    out["inline"] = inline
+    out["nbytes"] = np.where(inline, b["w32"] & ~np.uint32(INLINE_FLAG) & 0xFFFFFFFF,
+                             np.where(rw, b["w32"], b["w48"]))
+    out["lkey"] = np.where(inline, 0, np.where(rw, b["w36"], b["w52"]))
+    out["laddr"] = np.where(inline, 0, np.where(rw, b["q40"], b["q56"]))
+    atomic = ~rw
+    out["size"] = np.where(atomic, b["w48"], 0)
+    four = atomic & (out["opmod"] == OPMOD_EXT_ATOMIC_4)
+    eight = atomic & ~four
+    operands = out["operands"]
+    operands[four] = np.stack([b["w32"], b["w36"], b["w40"], b["w44"]], axis=1)[four]
+    operands[eight, 0], operands[eight, 1] = b["q32"][eight], b["q40"][eight]
+    if inline.any():
+        out["inline_data"][inline] = np.ascontiguousarray(rows)[inline, 36:36 + MAX_INLINE]
+    return out
+
+
+def _read_wqes_one_by_one(sq: np.ndarray, index: int, blocks: int) -> np.ndarray:
+    rows = []
+    end = index + blocks
+    while index < end:
+        wqe = read_wqe(sq, index)
+        inline = wqe.inline or b""
+        rows.append((wqe.opcode, wqe.opmod, wqe.signaled, wqe.inline is not None, wqe.index, wqe.qpn, wqe.ds,
+                     wqe.rkey, wqe.lkey, wqe.raddr, wqe.laddr, wqe.nbytes, wqe.atomic_size,
+                     (tuple(wqe.operands) + (0, 0, 0, 0))[:4], tuple(inline.ljust(MAX_INLINE, b"\0"))))
+        index += wqe.blocks
+    return np.array(rows, WQE_FIELDS)
+
+
 def empty_cq(depth: int) -> np.ndarray:
     """A completion queue of ``depth`` CQEs, every one invalid (hardware initializes it so)."""
     cq = np.zeros((depth, 64), np.uint8)
@@ -196,3 +259,26 @@ def read_cqe(cq: np.ndarray, position: int):
     qpn, counter, _, _ = _CQE_TAIL.unpack_from(cqe.tobytes(), 56)
     syndrome = int(cqe[_CQE_SYNDROME]) if op_own >> 4 == CQE_REQ_ERR else 0
     return qpn & 0xFFFFFF, counter, syndrome
+
+
+def write_collapsed_cqe(cq: np.ndarray, qpn: int, wqe_counter: int) -> None:
+    """Overwrite the one CQE of a collapsed CQ: a requester completion of the WQE with
+    index ``wqe_counter`` (and of every WQE before it). Its last 8 bytes (qpn, counter,
+    op_own) go in one aligned store, so a reader never sees a torn counter."""
+    tail = bytearray(8)
+    _CQE_TAIL.pack_into(tail, 0, qpn & 0xFFFFFF, wqe_counter & 0xFFFF, 0, (CQE_REQ << 4))
+    cq[0].view(np.uint64)[7] = np.frombuffer(tail, np.uint64)[0]
+
+
+def read_collapsed_cqe(cq: np.ndarray):
+    """The WQE counter of a collapsed CQ's CQE, or None before the first completion."""
+    cqe = cq[0]
+    if int(cqe[63]) >> 4 == CQE_INVALID:
+        return None
+    return _CQE_TAIL.unpack_from(cqe.tobytes(), 56)[1]
+
+
+def refusal(fn: str, what: str, pe: int, raddr: int, nbytes: int, syndrome: int) -> str:
+    """The error text of a refused request: the operation, the PE, the address, the reason."""
+    reason = SYNDROMES.get(syndrome, f"syndrome {syndrome:#x}")
+    return f"{fn}: the NIC refused the {what} to PE {pe} at address {raddr:#x} ({nbytes} bytes): {reason}"

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import _cpu_atomics
-from .._errors import PgasError
+from .. import _cpu_atomics, _job
+from .._errors import PgasError, PgasTimeoutError
 from . import _mlx5 as mlx5
 
-__all__ = ["Nic", "MemoryRegion", "RemoteRegion", "QueuePair", "ACCESS_LOCAL", "ACCESS_REMOTE"]
+__all__ = ["Nic", "MemoryRegion", "RemoteRegion", "QueuePair", "ACCESS_LOCAL", "ACCESS_REMOTE", "sleep_until"]
 
 ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_ATOMIC = 1, 2, 4, 8
 ACCESS_LOCAL = ACCESS_LOCAL_WRITE
@@ -85,15 +85,32 @@ class RemoteRegion:
 
 @dataclass
 class QueuePair:
-    """A send queue to one peer, its doorbell record and its completion queue."""
+    """A send queue to one peer, its doorbell record and its completion queue.
+
+    ``collapsed`` (the GPU-initiated path, as NVSHMEM's IBGDA sets its CQs up): the CQ is
+    one CQE that the NIC overwrites once per response batch with the newest completed
+    WQE's index, and each refused WQE gets an error CQE in ``err_cq`` (a ring of
+    ``depth``), written before the collapsed CQE that passes it. ``rung`` (collapsed
+    queues): the word posting threads set when they ask the NIC to look; the NIC clears it
+    before it reads the doorbell record, so doorbells of many threads come as one.
+    """
 
     qpn: int
     peer: int
+    collapsed: bool = False
     sq: np.ndarray = field(default_factory=lambda: np.zeros((SQ_DEPTH, mlx5.BB), np.uint8))
     dbr: np.ndarray = field(default_factory=lambda: np.zeros(1, ">u4"))   # producer index & 0xffff
-    cq: np.ndarray = field(default_factory=lambda: mlx5.empty_cq(SQ_DEPTH))
+    cq: np.ndarray = None
+    err_cq: np.ndarray | None = None
+    rung: np.ndarray | None = None
+    on_completion: object = None    # called (from the NIC thread) after CQEs are written
     nic_index: int = 0       # next WQE index the NIC reads (in basic blocks)
-    cqes_written: int = 0    # CQEs the NIC has written
+    cqes_written: int = 0    # CQEs the NIC has written (error CQEs, when collapsed)
+
+    def __post_init__(self):
+        self.cq = mlx5.empty_cq(1 if self.collapsed else SQ_DEPTH)
+        if self.collapsed:
+            self.err_cq = mlx5.empty_cq(SQ_DEPTH)
 
     @property
     def depth(self) -> int:
@@ -101,20 +118,22 @@ class QueuePair:
 
 
 @dataclass
-class _Sent:
-    """A WQE on its way: where its answer goes, and its payload send if it has one."""
+class _Batch:
+    """The WQEs of one doorbell on their way: the decoded WQEs (``mlx5.WQE_FIELDS``), the
+    local bytes each names (by position: payloads of writes, where reads and fetched
+    atomic values land), payloads sent on their own, and those refused here (lkey)."""
 
     qp: QueuePair
-    wqe: mlx5.Wqe
-    local: np.ndarray | None = None       # local bytes the answer lands in (reads, atomics)
-    data_send: object = None               # MPI request of a payload sent on its own
-    local_error: bool = False              # refused here (lkey): never sent
+    wqes: np.ndarray
+    local: dict = field(default_factory=dict)          # position -> local bytes
+    data_sends: list = field(default_factory=list)     # MPI requests of payloads sent on their own
+    local_error: np.ndarray | None = None              # refused here: never sent
 
 
 class Nic:
-    """One PE's NIC. ``register`` memory, ``connect`` (collective), then post WQEs on
-    ``queue_pair(peer)`` and ``ring`` its doorbell; ``on_completion`` is called (from the
-    NIC thread) after CQEs are written."""
+    """One PE's NIC. ``register`` memory, ``connect`` (collective), then post WQEs on a
+    ``create_qp(peer)`` and ``ring`` its doorbell; the queue pair's ``on_completion`` is
+    called (from the NIC thread) after CQEs are written."""
 
     def __init__(self, comm, my_pe: int):
         self.comm = comm.Dup()      # the wire: a communicator of its own
@@ -122,7 +141,7 @@ class Nic:
         self.regions: dict[int, MemoryRegion] = {}          # by lkey
         self._by_rkey: dict[int, MemoryRegion] = {}
         self.remote: list[RemoteRegion | None] = []
-        self.qps: dict[int, QueuePair] = {}                 # by peer
+        self.peers: list[int] = []                          # the PEs reached through this NIC
         self._by_qpn: dict[int, QueuePair] = {}
         self._rung: set[int] = set()
         self._rung_lock = threading.Lock()
@@ -131,7 +150,6 @@ class Nic:
         self._sends: list = []                              # (request, buffer kept alive)
         self._running = False
         self._thread: threading.Thread | None = None
-        self.on_completion = lambda qp: None
         self.failure: str | None = None
 
     # Memory regions ---------------------------------------------------------------
@@ -171,19 +189,18 @@ class Nic:
 
     def connect(self, heap: MemoryRegion, peers) -> None:
         """Collective: exchange every PE's heap region (base, size, rkey) as verbs programs
-        do through their bootstrap; create a queue pair to each of ``peers``; start the thread."""
+        do through their bootstrap; start the thread if any ``peers`` are reached through
+        this NIC (whoever drives it creates its queue pairs to them: ``create_qp``)."""
         from mpi4py import MPI
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             raise PgasError("the emulated NIC needs MPI_THREAD_MULTIPLE; this MPI granted less "
                             "(set mpi4py.rc.thread_level = 'multiple' before importing mpi4py.MPI)")
         self.remote = [RemoteRegion(*region) for region in
                        self.comm.allgather((heap.base, heap.size, heap.rkey))]
+        self.peers = list(peers)
         for peer in peers:
-            qp = QueuePair(qpn=0x100 + peer, peer=peer)
-            self.qps[peer] = qp
-            self._by_qpn[qp.qpn] = qp
-            self._inflight[peer] = deque()
-        if not self.qps:
+            self._inflight[peer] = deque()    # batches to the peer, of any of its queue pairs
+        if not peers:
             return      # every PE is load/store reachable: nothing will ever ring
         # Every hand-off between a requester, the proxy and the NIC needs the interpreter
         # lock; numba's simulator polls its threads in a loop that holds it until the
@@ -205,6 +222,12 @@ class Nic:
             request.Wait()
         self._sends.clear()
         self.comm.Free()
+
+    def create_qp(self, peer: int, collapsed: bool = False) -> QueuePair:
+        """A new queue pair to ``peer`` (``ibv_create_qp``); see QueuePair for ``collapsed``."""
+        qp = QueuePair(qpn=0x100 + len(self._by_qpn), peer=peer, collapsed=collapsed)
+        self._by_qpn[qp.qpn] = qp
+        return qp
 
     # Doorbell ---------------------------------------------------------------------
 
@@ -271,55 +294,57 @@ class Nic:
         return bool(rung)
 
     def _send_batch(self, qp: QueuePair) -> None:
-        """Read the WQEs posted since the last doorbell, send them as one batch."""
-        producer = int(qp.dbr[0])
-        entries, packets, payloads, follow = [], [], [], []
-        while (qp.nic_index & 0xFFFF) != producer:
-            wqe = mlx5.read_wqe(qp.sq, qp.nic_index)
-            qp.nic_index += wqe.blocks
-            entry = _Sent(qp, wqe)
-            entries.append(entry)
-            packet = self._packet(entry, payloads, follow)
-            if packet is not None:
-                packets.append(packet)
-        if not entries:
+        """Read the WQEs posted since the last doorbell (all at once), send them as one batch."""
+        if qp.rung is not None:
+            # cleared (a full barrier) before the doorbell record is read: a post after
+            # this read finds it clear and rings again
+            _cpu_atomics.rmw(qp.rung, "xchg", 0, "pgas NIC", "rung word")
+        blocks = (int(qp.dbr[0]) - qp.nic_index) & 0xFFFF
+        if not blocks:
             return
-        sent = bool(packets)
-        if sent:
-            payload = b"".join(payloads)
-            head = np.array([len(packets), len(payload)], np.uint64).tobytes()
-            buf = head + np.array(packets, PACKET).tobytes() + payload
-            self._isend(buf, qp.peer, _TAG_REQUEST)
-            for entry, data in follow:
-                entry.data_send = self.comm.Isend(data, qp.peer, _TAG_REQUEST_DATA)
-        self._inflight[qp.peer].append((sent, entries))
-        self._finish_unsent(qp.peer)
-
-    def _packet(self, entry: _Sent, payloads: list, follow: list):
-        """The wire packet of one WQE (None if refused here: a local protection error)."""
-        wqe = entry.wqe
-        size = wqe.atomic_size
-        flags = 0
-        if wqe.opcode == mlx5.OP_RDMA_WRITE and wqe.inline is not None:
-            payloads.append(wqe.inline)
-            flags = _PACKED
-        elif wqe.opcode in (mlx5.OP_RDMA_WRITE, mlx5.OP_RDMA_READ) or size:
-            region = self.regions.get(wqe.lkey)
-            local = region.slice(wqe.laddr, size or wqe.nbytes) if region is not None else None
+        wqes = mlx5.read_wqes(qp.sq, qp.nic_index, blocks)
+        qp.nic_index += blocks
+        batch = _Batch(qp, wqes, local_error=np.zeros(len(wqes), bool))
+        opcode, inline, nbytes = wqes["opcode"], wqes["inline"], wqes["nbytes"]
+        length = np.where(wqes["size"] > 0, wqes["size"], nbytes)
+        for i in np.flatnonzero(~inline).tolist():      # local keys and ranges, as the NIC's DMA checks
+            region = self.regions.get(int(wqes["lkey"][i]))
+            local = region.slice(int(wqes["laddr"][i]), int(length[i])) if region is not None else None
             if local is None:
-                entry.local_error = True
-                return None
-            entry.local = local
-            if wqe.opcode == mlx5.OP_RDMA_WRITE:
-                if wqe.nbytes <= PACK_LIMIT:
-                    payloads.append(local.tobytes())
-                    flags = _PACKED
+                batch.local_error[i] = True
+            else:
+                batch.local[i] = local
+        flags = np.zeros(len(wqes), np.uint8)
+        writes = (opcode == mlx5.OP_RDMA_WRITE) & ~batch.local_error
+        follow = []
+        if writes.all() and inline.all() and (nbytes == nbytes[0]).all():
+            payload = wqes["inline_data"][:, :int(nbytes[0])].tobytes()    # small puts: one copy
+            flags[:] = _PACKED
+        else:
+            payloads = []
+            for i in np.flatnonzero(writes).tolist():
+                if inline[i]:
+                    payloads.append(wqes["inline_data"][i, :int(nbytes[i])].tobytes())
+                elif nbytes[i] <= PACK_LIMIT:
+                    payloads.append(batch.local[i].tobytes())
                 else:
-                    follow.append((entry, local))
-                    flags = _FOLLOWS
-        operands = (tuple(wqe.operands) + (0, 0, 0, 0))[:4]
-        length = size or wqe.nbytes
-        return (wqe.opcode, wqe.opmod, flags, 0, wqe.rkey, wqe.raddr, length, operands)
+                    follow.append(batch.local[i])
+                    flags[i] = _FOLLOWS
+                    continue
+                flags[i] = _PACKED
+            payload = b"".join(payloads)
+        sent = ~batch.local_error
+        count = int(sent.sum())
+        if count:
+            packets = np.zeros(count, PACKET)
+            packets["opcode"], packets["opmod"], packets["flags"] = opcode[sent], wqes["opmod"][sent], flags[sent]
+            packets["rkey"], packets["raddr"], packets["length"] = wqes["rkey"][sent], wqes["raddr"][sent], length[sent]
+            packets["operands"] = wqes["operands"][sent]
+            head = np.array([count, len(payload)], np.uint64).tobytes()
+            self._isend(head + packets.tobytes() + payload, qp.peer, _TAG_REQUEST)
+            batch.data_sends = [self.comm.Isend(data, qp.peer, _TAG_REQUEST_DATA) for data in follow]
+        self._inflight[qp.peer].append((bool(count), batch))
+        self._finish_unsent(qp.peer)
 
     def _isend(self, buf: bytes, dest: int, tag: int) -> None:
         self._sends.append((self.comm.Isend(buf, dest, tag), buf))
@@ -328,46 +353,60 @@ class Nic:
         """Complete batches at the head of ``peer``'s queue that expect no response."""
         queue = self._inflight[peer]
         while queue and not queue[0][0]:
-            _, entries = queue.popleft()
-            for entry in entries:
-                self._write_cqe(entry, mlx5.SYNDROME_LOCAL_PROT)
+            _, batch = queue.popleft()
+            self._write_cqes(batch, np.full(len(batch.wqes), mlx5.SYNDROME_LOCAL_PROT, np.uint8))
 
     def _complete(self, source: int, buf: bytearray) -> None:
         """A response from ``source``: land fetched data, write CQEs in WQE order."""
-        sent, entries = self._inflight[source].popleft()
-        count, packed = np.frombuffer(buf, np.uint64, 2)
+        _, batch = self._inflight[source].popleft()
+        wqes = batch.wqes
+        count, _ = np.frombuffer(buf, np.uint64, 2)
         results = np.frombuffer(buf, RESULT, int(count), _HEADER)
         payload = memoryview(buf)[_HEADER + int(count) * RESULT.itemsize:]
-        position, result_index = 0, 0
-        for entry in entries:
-            if entry.local_error:
-                self._write_cqe(entry, mlx5.SYNDROME_LOCAL_PROT)
+        syndromes = np.full(len(wqes), mlx5.SYNDROME_LOCAL_PROT, np.uint8)
+        sent = ~batch.local_error
+        syndromes[sent] = results["syndrome"]
+        values = np.zeros(len(wqes), np.uint64)
+        values[sent] = results["value"]
+        position = 0
+        for i, local in batch.local.items():     # in WQE order: read data comes back in that order
+            if syndromes[i]:
                 continue
-            syndrome = int(results[result_index]["syndrome"])
-            value = int(results[result_index]["value"])
-            result_index += 1
-            wqe = entry.wqe
-            if syndrome == 0 and wqe.opcode == mlx5.OP_RDMA_READ:
-                if wqe.nbytes <= PACK_LIMIT:
-                    entry.local[:] = np.frombuffer(payload, np.uint8, wqe.nbytes, position)
-                    position += wqe.nbytes
+            if wqes["opcode"][i] == mlx5.OP_RDMA_READ:
+                nbytes = int(wqes["nbytes"][i])
+                if nbytes <= PACK_LIMIT:
+                    local[:] = np.frombuffer(payload, np.uint8, nbytes, position)
+                    position += nbytes
                 else:
-                    self._wait(self.comm.Irecv(entry.local, source, _TAG_RESPONSE_DATA))
-            elif syndrome == 0 and wqe.atomic_size:
+                    self._wait(self.comm.Irecv(local, source, _TAG_RESPONSE_DATA))
+            elif wqes["size"][i]:
                 # the NIC writes fetched atomic values in network byte order, as ConnectX does
-                entry.local[:] = np.frombuffer(value.to_bytes(8, "big")[8 - wqe.atomic_size:], np.uint8)
-            if entry.data_send is not None:
-                self._wait(entry.data_send)
-            self._write_cqe(entry, syndrome)
+                size = int(wqes["size"][i])
+                local[:] = np.frombuffer(int(values[i]).to_bytes(8, "big")[8 - size:], np.uint8)
+        for request in batch.data_sends:
+            self._wait(request)
+        self._write_cqes(batch, syndromes)
         self._finish_unsent(source)
 
-    def _write_cqe(self, entry: _Sent, syndrome: int) -> None:
-        qp, wqe = entry.qp, entry.wqe
-        if wqe.signaled or syndrome:
-            mlx5.write_cqe(qp.cq, qp.cqes_written, qp.qpn, wqe.index, syndrome,
-                           0 if syndrome else (wqe.nbytes or wqe.atomic_size))
-            qp.cqes_written += 1
-            self.on_completion(qp)
+    def _write_cqes(self, batch: _Batch, syndromes: np.ndarray) -> None:
+        """The CQEs of a batch, in WQE order: collapsed queues get an error CQE per refused
+        WQE, then their one CQE overwritten with the newest index; the others a CQE per
+        signalled or refused WQE."""
+        qp, wqes = batch.qp, batch.wqes
+        if qp.collapsed:
+            for i in np.flatnonzero(syndromes).tolist():
+                mlx5.write_cqe(qp.err_cq, qp.cqes_written, qp.qpn, int(wqes["index"][i]), int(syndromes[i]))
+                qp.cqes_written += 1
+            mlx5.write_collapsed_cqe(qp.cq, qp.qpn, int(wqes["index"][-1]))
+        else:
+            length = np.where(wqes["size"] > 0, wqes["size"], wqes["nbytes"])
+            for i in np.flatnonzero(wqes["signaled"] | (syndromes != 0)).tolist():
+                syndrome = int(syndromes[i])
+                mlx5.write_cqe(qp.cq, qp.cqes_written, qp.qpn, int(wqes["index"][i]), syndrome,
+                               0 if syndrome else int(length[i]))
+                qp.cqes_written += 1
+        if qp.on_completion is not None:
+            qp.on_completion()
 
     def _wait(self, request) -> None:
         """Wait for one MPI transfer that is already under way, yielding the core."""
@@ -385,6 +424,8 @@ class Nic:
         results = np.zeros(count, RESULT)
         out, large = [], []
         position = 0
+        if self._small_writes(packets, payload):
+            count = 0                   # applied all at once
         for i in range(count):
             packet = packets[i]
             opcode, flags, length = int(packet["opcode"]), int(packet["flags"]), int(packet["length"])
@@ -395,10 +436,31 @@ class Nic:
             syndrome, value = self._apply(source, packet, opcode, length, incoming, out, large)
             results[i]["syndrome"], results[i]["value"] = syndrome, value
         packed = b"".join(out)
-        self._isend(np.array([count, len(packed)], np.uint64).tobytes() + results.tobytes() + packed,
+        self._isend(np.array([len(results), len(packed)], np.uint64).tobytes() + results.tobytes() + packed,
                     source, _TAG_RESPONSE)
         for data in large:
             self._isend(data, source, _TAG_RESPONSE_DATA)
+
+    def _small_writes(self, packets: np.ndarray, payload) -> bool:
+        """Apply a batch of aligned 8-byte writes into one region at once (the hot case: many
+        threads' ``p``) and return True; False, having touched nothing, for any other batch
+        or if any packet would be refused (the one-by-one path then answers each)."""
+        if not (len(packets) > 1 and (packets["opcode"] == mlx5.OP_RDMA_WRITE).all()
+                and (packets["flags"] == _PACKED).all() and (packets["length"] == 8).all()):
+            return False
+        rkey = packets["rkey"][0]
+        region = self._by_rkey.get(int(rkey))
+        if region is None or region.view is None or not region.access & ACCESS_REMOTE_WRITE \
+                or (packets["rkey"] != rkey).any() or region.base % 8:
+            return False
+        raddr = packets["raddr"]
+        if (raddr % 8).any() or (raddr < region.base).any() or (raddr - region.base + 8 > region.size).any():
+            return False
+        words = ((raddr - region.base) // 8).astype(np.intp)
+        heap = region.view[:region.size - region.size % 8].view(np.uint64)
+        for word, value in zip(words.tolist(), np.frombuffer(payload, np.uint64, len(packets)).tolist()):
+            heap[word] = value      # in issue order, one 8-byte store each (a flag never before its data)
+        return True
 
     def _target(self, packet, length: int, access: int) -> np.ndarray | None:
         """The local bytes a request names, if its rkey grants ``access`` to all of them."""
@@ -436,6 +498,28 @@ class Nic:
             return mlx5.SYNDROME_REMOTE_ACCESS, 0
         word = target.view(np.uint32 if size == 4 else np.uint64)
         return 0, apply_atomic(word, opcode, [int(x) for x in packet["operands"]], size)
+
+
+def sleep_until(condition: threading.Condition, fn: str, timeout: float, done, waiting_for, nic: Nic) -> None:
+    """Sleep on ``condition`` (notified by whoever writes completions: no polling) until
+    ``done()``; PgasTimeoutError naming ``waiting_for()`` after ``timeout`` seconds, and
+    PgasError if the NIC thread failed."""
+    if done():
+        return
+    started = time.monotonic()
+    deadline = started + timeout
+    heartbeat = _job.Heartbeat(fn, started)
+    with condition:
+        while not done():
+            if nic.failure is not None:
+                raise PgasError(f"{fn}: the NIC thread failed:\n{nic.failure}")
+            now = time.monotonic()
+            if now >= heartbeat.due:
+                heartbeat.beat(now)
+            left = deadline - now
+            if left <= 0:
+                raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}")
+            condition.wait(min(left, 0.1))
 
 
 def precise_sleeps() -> None:

@@ -19,19 +19,18 @@ import traceback
 
 import numpy as np
 
-from .. import _job
-from .._errors import PgasError, PgasTimeoutError
+from .._errors import PgasError
 from .._waiting import Wait
 from . import _mlx5 as mlx5
-from ._nic import ACCESS_LOCAL, Nic, precise_sleeps
+from ._nic import ACCESS_LOCAL, Nic, precise_sleeps, sleep_until
 
 __all__ = ["Proxy", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR",
-           "AMO_XOR", "AMO_FETCH", "REQUEST"]
+           "AMO_XOR", "AMO_FETCH", "OP_NAMES", "REQUEST", "atomic_wqe"]
 
 CAPACITY = 1024
 # request ops
 PUT, PUT_INLINE, GET, AMO_ADD, AMO_CAS, AMO_SWAP, AMO_AND, AMO_OR, AMO_XOR, AMO_FETCH = range(10)
-_NAMES = ("put", "inline put", "get", "atomic add", "atomic compare-swap", "atomic swap", "atomic and",
+OP_NAMES = ("put", "inline put", "get", "atomic add", "atomic compare-swap", "atomic swap", "atomic and",
           "atomic or", "atomic xor", "atomic fetch")
 REQUEST = np.dtype([("ticket", "u8"), ("state", "u1"), ("op", "u1"), ("size", "u1"), ("waited", "u1"),
                     ("pe", "u4"), ("raddr", "u8"), ("laddr", "u8"), ("lkey", "u4"), ("syndrome", "u4"),
@@ -58,13 +57,15 @@ class Proxy:
         self._reserve = threading.Lock()
         self._wake = threading.Event()
         self._completion = threading.Condition()     # notified after completions land
-        self._posted: dict[int, dict] = {qp.qpn: {} for qp in nic.qps.values()}   # wqe index -> ticket
-        self._producer = {qp.qpn: 0 for qp in nic.qps.values()}    # basic blocks posted
-        self._consumer = {qp.qpn: 0 for qp in nic.qps.values()}    # basic blocks completed
-        self._cqes_read = {qp.qpn: 0 for qp in nic.qps.values()}
+        self.qps = {peer: nic.create_qp(peer) for peer in nic.peers}     # by peer
+        self._posted: dict[int, dict] = {qp.qpn: {} for qp in self.qps.values()}   # wqe index -> ticket
+        self._producer = {qp.qpn: 0 for qp in self.qps.values()}    # basic blocks posted
+        self._consumer = {qp.qpn: 0 for qp in self.qps.values()}    # basic blocks completed
+        self._cqes_read = {qp.qpn: 0 for qp in self.qps.values()}
         self.errors: list[str] = []         # failures of requests nobody waits for, for quiet
         self._running = True
-        nic.on_completion = lambda qp: self._wake.set()
+        for qp in self.qps.values():
+            qp.on_completion = self._wake.set
         self._thread = threading.Thread(target=self._serve, name=f"pgas-proxy-pe{nic.my_pe}", daemon=True)
         self._thread.start()
 
@@ -112,7 +113,7 @@ class Proxy:
         """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""
         slot = self.ring[ticket % CAPACITY]
         self._sleep_until(fn, lambda: slot["state"] == _DONE,
-                          lambda: f"the NIC to complete the {_NAMES[int(slot['op'])]} to PE {int(slot['pe'])}")
+                          lambda: f"the NIC to complete the {OP_NAMES[int(slot['op'])]} to PE {int(slot['pe'])}")
         syndrome, result = int(slot["syndrome"]), int(slot["result"])
         message = self._describe(fn, slot) if syndrome else None
         slot["waited"] = 0          # the slot may be reused
@@ -130,21 +131,8 @@ class Proxy:
         self.raise_failures(fn)
 
     def _sleep_until(self, fn: str, done, waiting_for) -> None:
-        """Sleep on the completion condition (no polling: the proxy wakes its waiters) until
-        ``done()``; PgasTimeoutError naming ``waiting_for()`` after PGAS_TIMEOUT."""
-        started = time.monotonic()
-        deadline = started + self.timeout
-        heartbeat = _job.Heartbeat(fn, started)
-        with self._completion:
-            while not done():
-                self._check_alive(fn)
-                now = time.monotonic()
-                if now >= heartbeat.due:
-                    heartbeat.beat(now)
-                left = deadline - now
-                if left <= 0:
-                    raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for()}")
-                self._completion.wait(min(left, 0.1))
+        """Sleep until ``done()`` (the proxy wakes its waiters after completions land)."""
+        sleep_until(self._completion, fn, self.timeout, done, waiting_for, self.nic)
 
     def raise_failures(self, fn: str) -> None:
         """Raise (and forget) the first failure of a completed request nobody waited for."""
@@ -152,16 +140,10 @@ class Proxy:
             first, self.errors = self.errors[0], []
             raise PgasError(first)
 
-    def _check_alive(self, fn: str) -> None:
-        if self.nic.failure is not None:
-            raise PgasError(f"{fn}: the NIC thread failed:\n{self.nic.failure}")
-
     @staticmethod
     def _describe(fn: str, slot) -> str:
-        syndrome = int(slot["syndrome"])
-        reason = mlx5.SYNDROMES.get(syndrome, f"syndrome {syndrome:#x}")
-        return (f"{fn}: the NIC refused the {_NAMES[int(slot['op'])]} to PE {int(slot['pe'])} at address "
-                f"{int(slot['raddr']):#x} ({int(slot['nbytes'])} bytes): {reason}")
+        return mlx5.refusal(fn, OP_NAMES[int(slot["op"])], int(slot["pe"]), int(slot["raddr"]), int(slot["nbytes"]),
+                            int(slot["syndrome"]))
 
     # The proxy thread ----------------------------------------------------------------
 
@@ -188,7 +170,7 @@ class Proxy:
             slot = self.ring[self._taken % CAPACITY]
             if slot["state"] != _READY or slot["ticket"] != self._taken:
                 break
-            qp = self.nic.qps[int(slot["pe"])]
+            qp = self.qps[int(slot["pe"])]
             if qp.depth - (self._producer[qp.qpn] - self._consumer[qp.qpn]) < 2:
                 break               # a full send queue: wait for completions
             self._post(qp, slot)
@@ -224,7 +206,7 @@ class Proxy:
 
     def _poll_completions(self) -> bool:
         progressed = False
-        for qp in self.nic.qps.values():
+        for qp in self.qps.values():
             while True:
                 cqe = mlx5.read_cqe(qp.cq, self._cqes_read[qp.qpn])
                 if cqe is None:

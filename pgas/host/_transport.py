@@ -2,14 +2,17 @@
 
 Every device function and host call that touches another PE's memory goes through
 ``Transports``: its peer's heap mapped here (``self``/``p2p``: loads, stores and CPU
-atomics on the mapping), or the NIC (``proxy``: requests to the CPU proxy, which posts
-WQEs to the emulated NIC). Callers name the target by their own copy of the symmetric
-array (same offset on every PE) and never ask which path is taken.
+atomics on the mapping), or the NIC: ``ibgda`` (the calling thread posts mlx5 WQEs
+itself, ``_ibgda``) or ``proxy`` (requests to the CPU proxy, which posts the WQEs,
+``_proxy``). Both remote engines have one interface (submit, wait, quiet). Callers name
+the target by their own copy of the symmetric array (same offset on every PE) and never
+ask which path is taken.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 
 import numpy as np
 
@@ -17,25 +20,28 @@ from .. import _cpu_atomics
 from .._env import setting
 from .._errors import PgasError
 from . import _proxy as proxy
+from ._ibgda import Ibgda
 from ._nic import ACCESS_LOCAL, ACCESS_REMOTE, Nic
 
 __all__ = ["Transports", "REMOTE_TRANSPORTS"]
 
-REMOTE_TRANSPORTS = ("proxy",)       # the ibgda path builds on the same NIC (docs/transports.md)
+REMOTE_TRANSPORTS = ("ibgda", "proxy")      # both drive the same emulated NIC (docs/transports.md)
 _AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or": proxy.AMO_OR,
         "xor": proxy.AMO_XOR}
 
 
 class Transports:
-    """How this PE reaches each PE; ``kinds[pe]`` is ``self``, ``p2p`` or ``proxy``."""
+    """How this PE reaches each PE; ``kinds[pe]`` is ``self``, ``p2p``, ``ibgda`` or ``proxy``."""
 
     def __init__(self, boot, heap, timeout: float):
         self.heap = heap
         self.my_pe = boot.my_pe
-        remote = [pe for pe in range(boot.n_pes) if not heap.reachable(pe)]
+        self.timeout = timeout
+        self.remote = [pe for pe in range(boot.n_pes) if not heap.reachable(pe)]
         self.kinds = ["self" if pe == boot.my_pe else "p2p" if heap.reachable(pe) else "unreachable"
                       for pe in range(boot.n_pes)]
-        self.nic = self.proxy = self.heap_region = None
+        self.nic = self.engine = self.heap_region = None
+        self.engines: dict = {}          # remote transport name -> its engine, made on first use
         self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
         if heap.device_arrays:
             # cuda: the GPU heap is registered by its dma-buf and the keys exchanged, but no
@@ -45,25 +51,41 @@ class Transports:
             self.heap_region = self.nic.register_dmabuf(heap.dmabuf_fd(), heap.base, heap.size, ACCESS_REMOTE)
             self.nic.connect(self.heap_region, [])
             return
-        if remote and self.remote_transport not in REMOTE_TRANSPORTS:
-            raise PgasError(f"PGAS_REMOTE_TRANSPORT={self.remote_transport}: the GPU-initiated NIC path is "
-                            "not in this version of pgas; use PGAS_REMOTE_TRANSPORT=proxy (the default)")
         self.nic = Nic(boot.comm, boot.my_pe)
         self.heap_region = self.nic.register(heap.views[boot.my_pe], ACCESS_REMOTE)
-        self.nic.connect(self.heap_region, remote)
-        if remote:
-            self.proxy = proxy.Proxy(self.nic, timeout)
-        for pe in remote:
-            self.kinds[pe] = self.remote_transport
+        self.nic.connect(self.heap_region, self.remote)
+        if self.remote:
+            self.use_remote(self.remote_transport)
+
+    def use_remote(self, name: str) -> None:
+        """Reach the PEs on other nodes through ``name`` (``ibgda`` or ``proxy``) from now
+        on. Call it after ``quiet``, between phases (``pgas.bench remote`` compares both in
+        one run). Where the GPU-initiated path cannot be set up, this says so once and
+        uses the proxy."""
+        if name not in REMOTE_TRANSPORTS:
+            raise PgasError(f"remote transport must be one of {', '.join(REMOTE_TRANSPORTS)}, got {name!r}")
+        if name == "ibgda" and name not in self.engines:
+            try:
+                self.engines[name] = Ibgda(self.nic, self.timeout)
+            except (ImportError, OSError, RuntimeError) as e:     # llvmlite cannot compile its code here
+                sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path (ibgda) cannot be set up "
+                                 f"here ({type(e).__name__}: {e}); using the CPU proxy for PEs on other nodes\n")
+                name = "proxy"
+        if name == "proxy" and name not in self.engines:
+            self.engines[name] = proxy.Proxy(self.nic, self.timeout)
+        self.engine = self.engines[name]
+        self.remote_transport = name
+        for pe in self.remote:
+            self.kinds[pe] = name
 
     def close(self) -> None:
-        """Stop the proxy and the NIC (every PE must be done with this one: after a barrier)."""
-        if self.proxy is not None:
-            self.proxy.close()
+        """Stop the remote engines and the NIC (every PE must be done with this one: after a barrier)."""
+        for engine in self.engines.values():
+            engine.close()
         if self.nic is not None:
             self.nic.deregister(self.heap_region)
             self.nic.close()
-        self.proxy = self.nic = None
+        self.engines, self.engine, self.nic = {}, None, None
 
     def regions(self) -> list[dict]:
         """The registered memory regions, for ``pgas.info()``."""
@@ -83,7 +105,7 @@ class Transports:
             raise PgasError(f"{fn}: PE {pe} is on another node and the cuda backend has no remote "
                             "transport yet (docs/transports.md); run on the simulator backend, or "
                             "keep the PEs on one node")
-        return kind == "proxy"
+        return kind in REMOTE_TRANSPORTS
 
     def _raddr(self, pe: int, local: np.ndarray, fn: str, what: str) -> int:
         """The address of symmetric ``local``'s element 0 in PE ``pe``'s registered heap."""
@@ -136,15 +158,15 @@ class Transports:
         blocking = not nbi or temporary is not None   # a temporary registration ends with the call
         last = None
         for remote_part, local_part in pieces:
-            last = self.proxy.submit(fn, proxy.PUT if to_peer else proxy.GET, pe,
+            last = self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe,
                                      self._raddr(pe, remote_part, fn, "dest" if to_peer else "src"),
                                      laddr=local_part.__array_interface__["data"][0], lkey=lkey,
                                      nbytes=local_part.nbytes, waited=blocking and local_part is pieces[-1][1])
         if blocking:
             try:
                 # one queue pair completes in order: the last request done means all are
-                self.proxy.wait(fn, last)
-                self.proxy.raise_failures(fn)
+                self.engine.wait(fn, last)
+                self.engine.raise_failures(fn)
             finally:
                 if temporary is not None:
                     self.nic.deregister(temporary)
@@ -174,7 +196,7 @@ class Transports:
         raddr = self._raddr(pe, item, fn, what)
         bits = np.array([value], item.dtype)
         if item.itemsize <= 8:
-            self.proxy.submit(fn, proxy.PUT_INLINE, pe, raddr, size=item.itemsize, nbytes=item.itemsize,
+            self.engine.submit(fn, proxy.PUT_INLINE, pe, raddr, size=item.itemsize, nbytes=item.itemsize,
                               value=int.from_bytes(bits.tobytes(), "little"), waited=False)
         else:
             self.copy(fn, pe, True, item, 1, bits, 1, 0, 1, False)
@@ -216,14 +238,14 @@ class Transports:
     def _atomic(self, fn, pe, word, op, value, cond, what, fetch):
         item = word[:1]
         raddr = self._raddr(pe, item, fn, what)
-        ticket = self.proxy.submit(fn, op, pe, raddr, size=item.itemsize, nbytes=item.itemsize,
+        ticket = self.engine.submit(fn, op, pe, raddr, size=item.itemsize, nbytes=item.itemsize,
                                    value=_cpu_atomics.as_bits(item.dtype, value),
                                    compare=_cpu_atomics.as_bits(item.dtype, cond), waited=fetch)
         if fetch:
-            return _cpu_atomics.from_bits(item.dtype, self.proxy.wait(fn, ticket))
+            return _cpu_atomics.from_bits(item.dtype, self.engine.wait(fn, ticket))
         return None
 
     def quiet(self, fn: str) -> None:
         """Complete every operation this PE issued through the NIC."""
-        if self.proxy is not None:
-            self.proxy.quiet(fn)
+        for engine in self.engines.values():
+            engine.quiet(fn)

@@ -1,4 +1,6 @@
 """Symmetric memory: same offsets, alignment, contents, peer views, reuse."""
+import os
+
 import numpy as np
 
 import pgas
@@ -72,7 +74,8 @@ def check_info_reports_backend_heap_and_transports():
     assert info["heap_size"] == 256 << 20 and 0 < info["heap_used"] < info["heap_size"]
     assert info["transports"][me] == "self"
     node = node_pes()
-    assert all(info["transports"][pe] == ("p2p" if pe in node else "proxy") for pe in range(n) if pe != me)
+    remote = os.environ.get("PGAS_REMOTE_TRANSPORT", "ibgda")
+    assert all(info["transports"][pe] == ("p2p" if pe in node else remote) for pe in range(n) if pe != me)
     regions = info["memory_regions"]    # every PE's registered heap, as exchanged at init
     assert [r["pe"] for r in regions] == list(range(n)) and all(r["size"] == 256 << 20 for r in regions)
     assert len({r["rkey"] for r in regions}) == n and "lkey" in regions[me]
