@@ -22,18 +22,22 @@ MODULES = {
     "checks_device_collectives": ([1, 2, 3, 5], {}),
 }
 # Emulated nodes: (PEs, PEs per node). 4 PEs as 2 nodes of 2 mix load/store and the NIC
-# in one run; 3 PEs one per node send everything through the NIC. Each remote transport
-# (the GPU-initiated path, the default, and the CPU proxy) runs every module. The host
-# collectives run on the mixed layout only (their split teams span nodes there too), and
-# the proxy on one layout per module, to keep the suite short.
+# in one run; 3 PEs one per node send everything through the NIC. The GPU-initiated path
+# (the default) runs every module on both; the host collectives run on the mixed layout
+# only (their split teams span nodes there too). The CPU proxy runs on the mixed layout
+# the modules that drive a remote engine call by call (everything above them reaches
+# either engine through the same Transports calls), to keep the suite short.
 LAYOUTS = {"ibgda": [(4, 2), (3, 1)], "proxy": [(4, 2)]}
 MIXED_ONLY = {"checks_collectives"}
+PROXY_MODULES = {"checks_host_rma", "checks_device_rma", "checks_device_sync", "checks_errors", "checks_atomics",
+                 "checks_signals"}
 
 CASES = [(module, n, name) for module, (counts, _) in MODULES.items() for n in counts
          for name in check_names(module)]
 REMOTE_CASES = [(transport, module, n, per_node, name) for transport, layouts in LAYOUTS.items()
                 for module in MODULES for n, per_node in layouts
-                if module not in MIXED_ONLY or per_node > 1 for name in check_names(module)]
+                if (module not in MIXED_ONLY or per_node > 1) and (transport != "proxy" or module in PROXY_MODULES)
+                for name in check_names(module)]
 
 
 @pytest.mark.parametrize("module,n,name", CASES, ids=[f"{m}-{n}pe-{c}" for m, n, c in CASES])

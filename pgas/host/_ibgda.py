@@ -16,6 +16,9 @@ everything to one PE is delivered in issue order (``fence`` needs nothing).
 """
 from __future__ import annotations
 
+import functools
+import heapq
+import itertools
 import threading
 
 import numpy as np
@@ -54,6 +57,7 @@ class DeviceQueue:
         self.descriptor[code.W["qpn"]] = self.qp.qpn
         self.address = self.descriptor.__array_interface__["data"][0]
         self.qp.rung = self.descriptor[code.W["rung"]:code.W["rung"] + 1]
+        self.sleepers: list = []        # heap of (completion floor awaited, id, event)
         self.lkey = self.cells_region.lkey
 
     def counter(self, name: str) -> int:
@@ -76,9 +80,10 @@ class Ibgda:
         self.errors: list[str] = []           # failures of requests nobody waits for, for quiet
         self._failed: dict[tuple, tuple] = {}   # (peer, WQE index) -> refusal of a waited request
         self._errors_lock = threading.Lock()
-        self._completion = threading.Condition()
+        self._wakeups_lock = threading.Lock()
+        self._sleeper_ids = itertools.count()
         for queue in self.queues.values():
-            queue.qp.on_completion = self._completed
+            queue.qp.on_completion = functools.partial(self._completed, queue)
 
     def close(self) -> None:
         for queue in self.queues.values():
@@ -125,7 +130,7 @@ class Ibgda:
         key = (queue.peer, start)
         try:
             # a refused WQE's error is read before the floor passes it
-            self._sleep_until(fn, lambda: self._poll(queue) > start or key in self._failed,
+            self._sleep_until(fn, queue, start + 1, lambda: self._poll(queue) > start or key in self._failed,
                               lambda: f"the NIC to complete the {OP_NAMES[op]} to PE {queue.peer}")
             if key in self._failed:
                 raise PgasError(mlx5.refusal(fn, *self._failed.pop(key)))
@@ -142,19 +147,35 @@ class Ibgda:
         for queue in self.queues.values():
             last = queue.counter("last")      # the newest published WQE's index + 1
             if last:
-                self._sleep_until(fn, lambda: self._poll(queue) >= last,
+                self._sleep_until(fn, queue, last, lambda: self._poll(queue) >= last,
                                   lambda: f"the NIC to complete {last - queue.counter('floor')} basic blocks "
                                           f"of WQEs to PE {queue.peer}")
         self.raise_failures(fn)
 
-    def _sleep_until(self, fn: str, done, waiting_for) -> None:
-        """Poll the CQs until ``done()``, sleeping between polls until the NIC has written
-        a CQE (on a GPU the thread would spin on the CQE; here it must leave the core)."""
-        sleep_until(self._completion, fn, self.timeout, done, waiting_for, self.nic)
+    def _sleep_until(self, fn: str, queue: DeviceQueue, floor: int, done, waiting_for) -> None:
+        """Read the CQs until ``done()``; between reads, sleep until the NIC has completed
+        the WQEs below ``floor`` (on a GPU the thread would spin on the CQE; here it must
+        leave the core to the NIC thread). Only the threads a completion satisfies are
+        woken, not every waiting thread at each completion."""
+        def block(seconds):
+            event = threading.Event()
+            with self._wakeups_lock:
+                heapq.heappush(queue.sleepers, (floor, next(self._sleeper_ids), event))
+            if not done():      # re-read after registering: a completion in between is not missed
+                event.wait(seconds)
+        sleep_until(fn, self.timeout, done, waiting_for, self.nic, block)
 
-    def _completed(self) -> None:
-        with self._completion:
-            self._completion.notify_all()
+    def _completed(self, queue: DeviceQueue) -> None:
+        """From the NIC thread, after it wrote CQEs of ``queue``: wake the threads whose
+        WQEs are now complete (all of them when there are errors to report)."""
+        floor = self._code.progress(queue.address)
+        errors = queue.qp.cqes_written != queue.counter("errors_read")
+        with self._wakeups_lock:
+            woken = []
+            while queue.sleepers and (errors or queue.sleepers[0][0] <= floor):
+                woken.append(heapq.heappop(queue.sleepers)[2])
+        for event in woken:
+            event.set()
 
     def raise_failures(self, fn: str) -> None:
         """Raise (and forget) the first failure of a completed request nobody waited for."""

@@ -500,26 +500,25 @@ class Nic:
         return 0, apply_atomic(word, opcode, [int(x) for x in packet["operands"]], size)
 
 
-def sleep_until(condition: threading.Condition, fn: str, timeout: float, done, waiting_for, nic: Nic) -> None:
-    """Sleep on ``condition`` (notified by whoever writes completions: no polling) until
-    ``done()``; PgasTimeoutError naming ``waiting_for()`` after ``timeout`` seconds, and
-    PgasError if the NIC thread failed."""
+def sleep_until(fn: str, timeout: float, done, waiting_for, nic: Nic, block) -> None:
+    """Sleep until ``done()``: ``block(seconds)`` sleeps until whoever writes completions
+    wakes this thread (no polling), or the seconds pass. PgasTimeoutError naming
+    ``waiting_for()`` after ``timeout`` seconds; PgasError if the NIC thread failed."""
     if done():
         return
     started = time.monotonic()
     deadline = started + timeout
     heartbeat = _job.Heartbeat(fn, started)
-    with condition:
-        while not done():
-            if nic.failure is not None:
-                raise PgasError(f"{fn}: the NIC thread failed:\n{nic.failure}")
-            now = time.monotonic()
-            if now >= heartbeat.due:
-                heartbeat.beat(now)
-            left = deadline - now
-            if left <= 0:
-                raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}")
-            condition.wait(min(left, 0.1))
+    while not done():
+        if nic.failure is not None:
+            raise PgasError(f"{fn}: the NIC thread failed:\n{nic.failure}")
+        now = time.monotonic()
+        if now >= heartbeat.due:
+            heartbeat.beat(now)
+        left = deadline - now
+        if left <= 0:
+            raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}")
+        block(min(left, 0.1))
 
 
 def precise_sleeps() -> None:

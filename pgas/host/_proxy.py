@@ -132,7 +132,11 @@ class Proxy:
 
     def _sleep_until(self, fn: str, done, waiting_for) -> None:
         """Sleep until ``done()`` (the proxy wakes its waiters after completions land)."""
-        sleep_until(self._completion, fn, self.timeout, done, waiting_for, self.nic)
+        def block(seconds):
+            with self._completion:      # checked under the lock the proxy notifies with: no lost wake-up
+                if not done():
+                    self._completion.wait(seconds)
+        sleep_until(fn, self.timeout, done, waiting_for, self.nic, block)
 
     def raise_failures(self, fn: str) -> None:
         """Raise (and forget) the first failure of a completed request nobody waited for."""
