@@ -64,7 +64,7 @@ per_node = {per_node}
 a, b = pgas.zeros(n, np.int32), pgas.zeros(n, np.int32)
 for pe in range(n):
     same = pe // per_node == me // per_node
-    expected = "self" if pe == me else "p2p" if same else "proxy"
+    expected = "self" if pe == me else "p2p" if same else "ibgda"
     assert info["transports"][pe] == expected, (pe, info["transports"])
     if not same:
         try:
@@ -185,5 +185,5 @@ def test_pgas_info_under_pgasrun_shows_the_transport_between_every_pair(clean_sh
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("pgas 0.1.0") == 1       # printed once, by PE 0
     rows = proc.stdout.split("transport from each PE to each PE:\n")[1].splitlines()[1:5]
-    assert [row.split() for row in rows] == [["0", "self", "p2p", "proxy", "proxy"], ["1", "p2p", "self", "proxy", "proxy"],
-                                             ["2", "proxy", "proxy", "self", "p2p"], ["3", "proxy", "proxy", "p2p", "self"]]
+    assert [row.split() for row in rows] == [["0", "self", "p2p", "ibgda", "ibgda"], ["1", "p2p", "self", "ibgda", "ibgda"],
+                                             ["2", "ibgda", "ibgda", "self", "p2p"], ["3", "ibgda", "ibgda", "p2p", "self"]]

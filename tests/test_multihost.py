@@ -1,6 +1,6 @@
 """PEs on two real hosts: two network namespaces with their own host names, joined by a
 veth pair, and ``pgasrun --hosts h1,h2`` starting PEs in both; MPI crosses the veth over TCP
-and pgas reaches the other host through the NIC (proxy). Needs root (``ip netns``); skips
+and pgas reaches the other host through the NIC (ibgda, the default path). Needs root (``ip netns``); skips
 with the reason elsewhere. The same commands by hand: docs/transports.md, "Two hosts".
 """
 import os
@@ -80,7 +80,7 @@ def test_shift_and_ring_between_two_hosts(two_hosts):
     assert proc.returncode == 0, proc.stderr
     lines = sorted(proc.stdout.splitlines())
     assert len(lines) == 4 and {line.split()[1] for line in lines} == {"h1", "h2"}, lines
-    assert all("'proxy'" in line and "'self'" in line for line in lines), lines
+    assert all("'ibgda'" in line and "'self'" in line for line in lines), lines
     shift = _on_two_hosts(two_hosts, 4, sys.executable, "examples/shift.py")
     assert shift.returncode == 0, shift.stderr
     assert all(f"PE {pe} received {(pe - 1) % 4}" in shift.stdout for pe in range(4)), shift.stdout

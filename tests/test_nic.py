@@ -254,7 +254,7 @@ def test_a_remote_peer_that_stops_or_dies_ends_the_run(tmp_path, clean_shm, how)
 @pytest.mark.parametrize("transport", ["ibgda", "proxy"])
 def test_load_many_threads_small_puts_and_atomics_across_nodes(clean_shm, transport):
     """The load test at a modest size (the full size: docs/benchmarks.md)."""
-    proc = pgasrun(4, "python", "-m", "pgas.bench", "nic_load", "--threads", "32", "--ops", "4",
+    proc = pgasrun(4, "python", "-m", "pgas.bench", "nic_load", "--blocks", "2", "--threads", "16", "--ops", "4",
                    options=["--pes-per-node", "2"], env={"PGAS_REMOTE_TRANSPORT": transport}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("checksums ok, nothing lost or duplicated") == 4, proc.stdout

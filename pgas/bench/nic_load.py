@@ -47,19 +47,20 @@ def _load(slots, sums, counter, tickets, ops):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pgas.bench nic_load", description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=64, help="threads per PE (one block)")
+    parser.add_argument("--threads", type=int, default=64, help="threads per block")
+    parser.add_argument("--blocks", type=int, default=1, help="blocks per PE")
     parser.add_argument("--ops", type=int, default=16, help="rounds per thread (each: a p, an atomic_add "
                                                             "and an atomic_fetch_add to every other PE)")
     args = parser.parse_args(argv)
     pgas.init()
     me, n = pgas.my_pe(), pgas.n_pes()
-    threads, ops = args.threads, args.ops
+    threads, ops = args.blocks * args.threads, args.ops
     slots = pgas.zeros(n * threads * ops, np.int64)
     sums, counter = pgas.zeros(SUMS, np.int64), pgas.zeros(1, np.int64)
     tickets = np.full((n - 1) * threads * ops, -1, np.int64)
     pgas.barrier_all()
     start = time.perf_counter()
-    _load[1, threads](slots, sums, counter, tickets, ops)
+    _load[args.blocks, args.threads](slots, sums, counter, tickets, ops)
     pgas.barrier_all()
     seconds = time.perf_counter() - start
     problems = []
@@ -85,7 +86,7 @@ def main(argv=None) -> None:
                         f"(final value {counter.copy_to_host()[0]})")
     requests = 3 * (n - 1) * threads * ops
     transports = sorted(set(pgas.info()["transports"].values()) - {"self"})
-    print(f"PE {me}: {threads} threads x {ops} rounds x {n - 1} peers ({', '.join(transports)}): "
+    print(f"PE {me}: {args.blocks} x {args.threads} threads x {ops} rounds x {n - 1} peers ({', '.join(transports)}): "
           f"{requests} requests in {seconds:.2f} s ({requests / seconds:,.0f} per s); "
           + ("checksums ok, nothing lost or duplicated" if not problems else "FAILED: " + "; ".join(problems)),
           flush=True)
