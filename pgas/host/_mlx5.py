@@ -7,7 +7,10 @@ segment plus a data segment for the fetched value. The 8-byte masked compare-swa
 bytes: it takes two basic blocks. Completions are 64-byte CQEs whose ``op_own`` carries the
 opcode (13: error) and an owner bit that flips on each pass round the queue.
 
-The CPU proxy writes WQEs with ``write_wqe``; the GPU-initiated path writes the same bytes.
+The CPU proxy writes WQEs with ``write_wqe``; the GPU-initiated path writes the same bytes
+from compiled code (``_ibgda_code``; tests/test_ibgda.py compares them). The NIC decodes a
+doorbell's worth at once with ``read_wqes``. Its collapsed CQs hold one CQE that the NIC
+overwrites (``write_collapsed_cqe``).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ __all__ = ["BB", "OP_RDMA_WRITE", "OP_RDMA_READ", "OP_ATOMIC_CS", "OP_ATOMIC_FA"
            "OP_MASKED_FA", "OPMOD_EXT_ATOMIC_4", "OPMOD_EXT_ATOMIC_8", "CQ_UPDATE", "MAX_INLINE",
            "SYNDROME_LOCAL_PROT", "SYNDROME_REMOTE_INVALID", "SYNDROME_REMOTE_ACCESS", "SYNDROMES",
            "CQE_REQ", "CQE_REQ_ERR", "Wqe", "write_wqe", "read_wqe", "write_cqe", "read_cqe", "empty_cq",
-           "write_collapsed_cqe", "read_collapsed_cqe", "refusal", "read_wqes", "WQE_FIELDS",
+           "write_collapsed_cqe", "refusal", "read_wqes", "WQE_FIELDS",
            "OPCODE_NAMES"]
 
 BB = 64                      # bytes per basic block
@@ -268,14 +271,6 @@ def write_collapsed_cqe(cq: np.ndarray, qpn: int, wqe_counter: int) -> None:
     tail = bytearray(8)
     _CQE_TAIL.pack_into(tail, 0, qpn & 0xFFFFFF, wqe_counter & 0xFFFF, 0, (CQE_REQ << 4))
     cq[0].view(np.uint64)[7] = np.frombuffer(tail, np.uint64)[0]
-
-
-def read_collapsed_cqe(cq: np.ndarray):
-    """The WQE counter of a collapsed CQ's CQE, or None before the first completion."""
-    cqe = cq[0]
-    if int(cqe[63]) >> 4 == CQE_INVALID:
-        return None
-    return _CQE_TAIL.unpack_from(cqe.tobytes(), 56)[1]
 
 
 def refusal(fn: str, what: str, pe: int, raddr: int, nbytes: int, syndrome: int) -> str:
