@@ -63,6 +63,11 @@ class DeviceQueue:
     def counter(self, name: str) -> int:
         return int(self.descriptor[code.W[name]])
 
+    @property
+    def unread_errors(self) -> bool:
+        """The NIC has written error CQEs that nobody has read yet."""
+        return self.qp.cqes_written != self.counter("errors_read")
+
     def widen(self, index16: int) -> int:
         """The 64-bit index of the newest published WQE whose 16-bit index is ``index16``."""
         ready = self.counter("ready")
@@ -110,16 +115,13 @@ class Ibgda:
             kind = code.KIND_MASKED_CS_8 if len(words) == 4 and size == 8 else code.KIND_ATOMIC
             opcode |= opmod << 24
             lkey, nbytes = queue.lkey, size
-        posted = self._code.post(queue.address, kind, opcode, raddr, rkey, lkey, laddr, nbytes, *operands,
-                                 int(waited))
         clock = None
-        while posted < 0:       # no room: wait for completions, never overwrite
+        while (posted := self._code.post(queue.address, kind, opcode, raddr, rkey, lkey, laddr, nbytes,
+                                         *operands, int(waited))) < 0:   # no room: never overwrite
             clock = clock or Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S)
-            self._poll(queue)
-            self._check_alive(fn)
+            self._poll(queue)       # completions free blocks
+            self.nic.check_alive(fn)
             clock.pause(lambda: f"room in the send queue to PE {pe} ({queue.qp.depth} basic blocks in flight)")
-            posted = self._code.post(queue.address, kind, opcode, raddr, rkey, lkey, laddr, nbytes, *operands,
-                                     int(waited))
         if posted & 1:
             self.nic.ring(queue.descriptor[code.W["doorbell"]:code.W["doorbell"] + 1].tobytes())
         return queue, posted >> 1, op, size
@@ -169,7 +171,7 @@ class Ibgda:
         """From the NIC thread, after it wrote CQEs of ``queue``: wake the threads whose
         WQEs are now complete (all of them when there are errors to report)."""
         floor = self._code.progress(queue.address)
-        errors = queue.qp.cqes_written != queue.counter("errors_read")
+        errors = queue.unread_errors
         with self._wakeups_lock:
             woken = []
             while queue.sleepers and (errors or queue.sleepers[0][0] <= floor):
@@ -189,7 +191,7 @@ class Ibgda:
     def _poll(self, queue: DeviceQueue) -> int:
         """Read the queue's CQs: report error CQEs, advance the completion floor; returns it."""
         floor = self._code.progress(queue.address)
-        if queue.qp.cqes_written != queue.counter("errors_read"):
+        if queue.unread_errors:
             self._read_errors(queue)
             floor = self._code.progress(queue.address)
         return floor
@@ -212,7 +214,3 @@ class Ibgda:
                 else:
                     self.errors.append(mlx5.refusal("pgas (non-blocking operation, reported at quiet)", *refusal))
                 queue.descriptor[code.W["errors_read"]] = read + 1
-
-    def _check_alive(self, fn: str) -> None:
-        if self.nic.failure is not None:
-            raise PgasError(f"{fn}: the NIC thread failed:\n{self.nic.failure}")

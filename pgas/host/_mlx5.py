@@ -175,10 +175,12 @@ _BLOCK = np.dtype({"names": ["ctrl0", "ctrl1", "fm_ce_se", "raddr", "rkey", "w32
                                ">u8"],
                    "offsets": [0, 4, 11, 16, 24, 32, 36, 40, 44, 32, 40, 48, 52, 56], "itemsize": BB})
 # Decoded WQEs, one row each (what ``Wqe`` holds, for many at once). ``size``: atomic
-# operand size (0 for RDMA reads and writes); ``inline_data``: the bytes of an inline write.
+# operand size (0 for RDMA reads and writes); ``length``: the bytes the WQE moves (the
+# atomic size, else the byte count); ``inline_data``: the bytes of an inline write.
 WQE_FIELDS = np.dtype([("opcode", "u1"), ("opmod", "u1"), ("signaled", "?"), ("inline", "?"), ("index", "u4"),
                        ("qpn", "u4"), ("ds", "u4"), ("rkey", "u4"), ("lkey", "u4"), ("raddr", "u8"), ("laddr", "u8"),
-                       ("nbytes", "u8"), ("size", "u8"), ("operands", "u8", (4,)), ("inline_data", "u1", (MAX_INLINE,))])
+                       ("nbytes", "u8"), ("size", "u8"), ("length", "u8"), ("operands", "u8", (4,)),
+                       ("inline_data", "u1", (MAX_INLINE,))])
 
 
 def read_wqes(sq: np.ndarray, index: int, blocks: int) -> np.ndarray:
@@ -206,8 +208,12 @@ def read_wqes(sq: np.ndarray, index: int, blocks: int) -> np.ndarray:
     out["lkey"] = np.where(inline, 0, np.where(rw, b["w36"], b["w52"]))
     out["laddr"] = np.where(inline, 0, np.where(rw, b["q40"], b["q56"]))
     atomic = ~rw
-    out["size"] = np.where(atomic, b["w48"], 0)
-    four = atomic & (out["opmod"] == OPMOD_EXT_ATOMIC_4)
+    masked = (opcode == OP_MASKED_CS) | (opcode == OP_MASKED_FA)
+    four = masked & (out["opmod"] == OPMOD_EXT_ATOMIC_4)
+    # as Wqe.atomic_size: from the opcode and opmod (0 for an opcode that is not an atomic)
+    out["size"] = np.where((opcode == OP_ATOMIC_CS) | (opcode == OP_ATOMIC_FA) | (masked & ~four), 8,
+                           np.where(four, 4, 0))
+    out["length"] = np.where(out["size"] > 0, out["size"], out["nbytes"])
     eight = atomic & ~four
     operands = out["operands"]
     operands[four] = np.stack([b["w32"], b["w36"], b["w40"], b["w44"]], axis=1)[four]
@@ -225,6 +231,7 @@ def _read_wqes_one_by_one(sq: np.ndarray, index: int, blocks: int) -> np.ndarray
         inline = wqe.inline or b""
         rows.append((wqe.opcode, wqe.opmod, wqe.signaled, wqe.inline is not None, wqe.index, wqe.qpn, wqe.ds,
                      wqe.rkey, wqe.lkey, wqe.raddr, wqe.laddr, wqe.nbytes, wqe.atomic_size,
+                     wqe.atomic_size or wqe.nbytes,
                      (tuple(wqe.operands) + (0, 0, 0, 0))[:4], tuple(inline.ljust(MAX_INLINE, b"\0"))))
         index += wqe.blocks
     return np.array(rows, WQE_FIELDS)

@@ -223,6 +223,11 @@ class Nic:
         self._sends.clear()
         self.comm.Free()
 
+    def check_alive(self, fn: str) -> None:
+        """PgasError naming ``fn`` if the NIC thread has failed (its waiters would wait forever)."""
+        if self.failure is not None:
+            raise PgasError(f"{fn}: the NIC thread failed:\n{self.failure}")
+
     def create_qp(self, peer: int, collapsed: bool = False) -> QueuePair:
         """A new queue pair to ``peer`` (``ibv_create_qp``); see QueuePair for ``collapsed``."""
         qp = QueuePair(qpn=0x100 + len(self._by_qpn), peer=peer, collapsed=collapsed)
@@ -305,8 +310,7 @@ class Nic:
         wqes = mlx5.read_wqes(qp.sq, qp.nic_index, blocks)
         qp.nic_index += blocks
         batch = _Batch(qp, wqes, local_error=np.zeros(len(wqes), bool))
-        opcode, inline, nbytes = wqes["opcode"], wqes["inline"], wqes["nbytes"]
-        length = np.where(wqes["size"] > 0, wqes["size"], nbytes)
+        opcode, inline, nbytes, length = wqes["opcode"], wqes["inline"], wqes["nbytes"], wqes["length"]
         for i in np.flatnonzero(~inline).tolist():      # local keys and ranges, as the NIC's DMA checks
             region = self.regions.get(int(wqes["lkey"][i]))
             local = region.slice(int(wqes["laddr"][i]), int(length[i])) if region is not None else None
@@ -399,11 +403,10 @@ class Nic:
                 qp.cqes_written += 1
             mlx5.write_collapsed_cqe(qp.cq, qp.qpn, int(wqes["index"][-1]))
         else:
-            length = np.where(wqes["size"] > 0, wqes["size"], wqes["nbytes"])
             for i in np.flatnonzero(wqes["signaled"] | (syndromes != 0)).tolist():
                 syndrome = int(syndromes[i])
                 mlx5.write_cqe(qp.cq, qp.cqes_written, qp.qpn, int(wqes["index"][i]), syndrome,
-                               0 if syndrome else int(length[i]))
+                               0 if syndrome else int(wqes["length"][i]))
                 qp.cqes_written += 1
         if qp.on_completion is not None:
             qp.on_completion()
@@ -510,8 +513,7 @@ def sleep_until(fn: str, timeout: float, done, waiting_for, nic: Nic, block) -> 
     deadline = started + timeout
     heartbeat = _job.Heartbeat(fn, started)
     while not done():
-        if nic.failure is not None:
-            raise PgasError(f"{fn}: the NIC thread failed:\n{nic.failure}")
+        nic.check_alive(fn)
         now = time.monotonic()
         if now >= heartbeat.due:
             heartbeat.beat(now)
