@@ -18,37 +18,37 @@ __all__ = ["atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap",
 
 def atomic_fetch(dest, pe):
     """atomic_fetch(dest, pe) -> value: read element 0 of PE ``pe``'s ``dest`` atomically."""
-    fn = "pgas.device.atomic_fetch"
+    fn = _p.name("pgas.device.atomic_fetch")
     return _p.remote_atomic_load(fn, _p.local(dest, fn, "dest"), pe, "dest")
 
 
 def atomic_set(dest, value, pe):
     """atomic_set(dest, value, pe): atomically write ``value`` to PE ``pe``'s ``dest[0]``."""
-    fn = "pgas.device.atomic_set"
+    fn = _p.name("pgas.device.atomic_set")
     _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_XCHG, value, "dest", False)
 
 
 def atomic_swap(dest, value, pe):
     """atomic_swap(dest, value, pe) -> old: write ``value``, return what was there."""
-    fn = "pgas.device.atomic_swap"
+    fn = _p.name("pgas.device.atomic_swap")
     return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_XCHG, value, "dest", True)
 
 
 def atomic_compare_swap(dest, cond, value, pe):
     """atomic_compare_swap(dest, cond, value, pe) -> old: write ``value`` if ``dest[0] == cond``."""
-    fn = "pgas.device.atomic_compare_swap"
+    fn = _p.name("pgas.device.atomic_compare_swap")
     return _p.remote_compare_swap(fn, _p.local(dest, fn, "dest"), pe, cond, value, "dest")
 
 
 def atomic_fetch_inc(dest, pe):
     """atomic_fetch_inc(dest, pe) -> old: add one to PE ``pe``'s ``dest[0]``."""
-    fn = "pgas.device.atomic_fetch_inc"
+    fn = _p.name("pgas.device.atomic_fetch_inc")
     return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_ADD, 1, "dest", True)
 
 
 def atomic_inc(dest, pe):
     """atomic_inc(dest, pe): add one to PE ``pe``'s ``dest[0]``."""
-    fn = "pgas.device.atomic_inc"
+    fn = _p.name("pgas.device.atomic_inc")
     _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, RMW_ADD, 1, "dest", False)
 
 
@@ -57,16 +57,18 @@ _BINARY = {"add": RMW_ADD, "and": RMW_AND, "or": RMW_OR, "xor": RMW_XOR}
 
 def _make(op: str, fetch: bool):
     name = f"atomic_{'fetch_' if fetch else ''}{op}"
-    fn = f"pgas.device.{name}"
+    label = f"pgas.device.{name}"
     rmw_op = _BINARY[op]
 
     if fetch:
         def atomic(dest, value, pe):
+            fn = _p.name(label)
             return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, rmw_op, value, "dest", True)
         atomic.__doc__ = (f"{name}(dest, value, pe) -> old: atomically ``dest[0] = dest[0] {op} value`` "
                           "on PE ``pe``; returns the old value (integer dtypes).")
     else:
         def atomic(dest, value, pe):
+            fn = _p.name(label)
             _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, rmw_op, value, "dest", False)
         atomic.__doc__ = f"{name}(dest, value, pe): atomically ``dest[0] = dest[0] {op} value`` on PE ``pe``."
     atomic.__name__ = atomic.__qualname__ = name

@@ -24,7 +24,7 @@ def reduce_code(op: str) -> int:
 
 # What each primitive layer (_sim.py, _cuda.py) defines for the shared device functions.
 PRIMITIVES = (
-    "WARP_SIZE", "jit", "device_function",
+    "WARP_SIZE", "jit", "jit_array", "device_function", "name",
     "my_pe", "n_pes", "team_rank", "team_size", "team_pe", "team_index_of",
     "local", "plain", "barrier_words", "copy_strided", "reduce_from_peers",
     "transfer", "remote_store", "remote_load", "remote_rmw", "remote_compare_swap", "remote_atomic_load",

@@ -19,7 +19,7 @@ from ._sync import _grouped_sync
 __all__ = ["broadcast", "fcollect", "alltoall", "broadcast_block", "fcollect_block", "alltoall_block"]
 
 
-@_p.jit
+@_p.jit_array
 def _arrays(fn, dest, src):
     d = _p.local(dest, fn, "dest")
     s = _p.local(src, fn, "src")
@@ -119,13 +119,13 @@ def _make_data_movers(suffix):
                                               for name in ("broadcast", "fcollect", "alltoall"))
 
     def broadcast(team, dest, src, root):
-        _broadcast(broadcast_fn, scope, team, dest, src, root)
+        _broadcast(_p.name(broadcast_fn), scope, team, dest, src, root)
 
     def fcollect(team, dest, src):
-        _fcollect(fcollect_fn, scope, team, dest, src)
+        _fcollect(_p.name(fcollect_fn), scope, team, dest, src)
 
     def alltoall(team, dest, src):
-        _alltoall(alltoall_fn, scope, team, dest, src)
+        _alltoall(_p.name(alltoall_fn), scope, team, dest, src)
 
     broadcast.__doc__ = (f"broadcast{suffix}(team, dest, src, root): ``dest`` on every member = team rank "
                          f"``root``'s ``src``. {who}")
@@ -141,15 +141,15 @@ def _make_data_movers(suffix):
 def _make_reduction(op, scatter, suffix):
     scope, who = _SCOPES[suffix]
     name = f"{op}_{'reducescatter' if scatter else 'reduce'}{suffix}"
-    fn = f"pgas.device.{name}"
+    label = f"pgas.device.{name}"
 
     code = reduce_code(op)
     if scatter:
         def reduction(team, dest, src):
-            _reducescatter(fn, scope, team, dest, src, code)
+            _reducescatter(_p.name(label), scope, team, dest, src, code)
     else:
         def reduction(team, dest, src):
-            _reduce(fn, scope, team, dest, src, code)
+            _reduce(_p.name(label), scope, team, dest, src, code)
 
     reduction.__name__ = reduction.__qualname__ = name
     what = ("member i keeps block i of the element-wise result in ``dest``" if scatter else

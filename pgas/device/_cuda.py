@@ -22,7 +22,6 @@ import numpy as np
 from llvmlite import ir
 from numba import cuda, types
 from numba.cuda.extending import intrinsic
-from numba.cuda.np.numpy_support import carray as _carray
 
 from .._env import setting
 from .._waiting import compare
@@ -42,7 +41,16 @@ _SUM, _PROD, _MIN, _MAX, _AND, _OR = (reduce_code(op) for op in ("sum", "prod", 
 
 
 def jit(function):
-    """How a shared device helper is compiled on the GPU: an inlined device function."""
+    """How a shared device helper is compiled on the GPU: a device function of its own that
+    NVVM inlines (``forceinline``). numba types and lowers it once per signature; with
+    ``inline="always"`` it would copy the helper's IR into every call site instead, which
+    made a kernel calling a block collective take seconds to compile."""
+    return cuda.jit(device=True, forceinline=True)(function)
+
+
+def jit_array(function):
+    """A helper that returns an array (numba only returns arrays from device functions it
+    inlines at the IR level: ``inline="always"``). Keep these small."""
     return cuda.jit(device=True, inline="always")(function)
 
 
@@ -62,6 +70,19 @@ def _state_word(typingctx, index):
 
 
 @intrinsic
+def name(typingctx, text):
+    """A device function's name as a plain string rather than a literal one: the helpers it
+    is passed to are then compiled once for every public function, not once per name
+    (its characters stay a constant in the PTX, which the error mailbox copies)."""
+    if not isinstance(text, (types.StringLiteral, types.UnicodeType)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return context.cast(builder, args[0], sig.args[0], types.unicode_type)
+    return types.unicode_type(text), codegen
+
+
+@intrinsic
 def _address_of(typingctx, arr):
     """The address of ``arr``'s first element."""
     def codegen(context, builder, sig, args):
@@ -78,11 +99,33 @@ def _pointer_like(typingctx, address, arr):
     return types.CPointer(arr.dtype)(types.uint64, arr), codegen
 
 
+def _view(context, builder, array_type, address, count):
+    """A 1-D C-contiguous array struct of ``count`` elements at integer ``address``."""
+    out = context.make_array(array_type)(context, builder)
+    itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(array_type.dtype)))
+    data = builder.inttoptr(address, out.data.type)
+    context.populate_array(out, data=data, shape=[count], strides=[itemsize], itemsize=itemsize, meminfo=None)
+    return out._getvalue()
+
+
 @intrinsic
-def _int64_pointer(typingctx, address):
+def _flat_view(typingctx, address, arr):
+    """``arr``'s elements as a 1-D C array at ``address`` (built in place: no IR to inline)."""
+    result = types.Array(arr.dtype, 1, "C")
+
     def codegen(context, builder, sig, args):
-        return builder.inttoptr(args[0], context.get_value_type(sig.return_type))
-    return types.CPointer(types.int64)(types.uint64), codegen
+        count = context.make_array(sig.args[1])(context, builder, value=args[1]).nitems
+        return _view(context, builder, result, args[0], count)
+    return result(types.uint64, arr), codegen
+
+
+@intrinsic
+def _int64_view(typingctx, address, count):
+    result = types.Array(types.int64, 1, "C")
+
+    def codegen(context, builder, sig, args):
+        return _view(context, builder, result, args[0], context.cast(builder, args[1], sig.args[1], types.intp))
+    return result(types.uint64, count), codegen
 
 
 @intrinsic
@@ -255,27 +298,27 @@ def team_index_of(team, pe, fn):
 
 # Arrays -----------------------------------------------------------------------------
 
-@jit
+@jit_array
 def local(arr, fn, what):
-    return _carray(_pointer_like(_address_of(arr), arr), arr.size)
+    return _flat_view(_address_of(arr), arr)
 
 
 plain = local
 
 
-@jit
+@jit_array
 def peer(arr, pe, fn, what):
     """PE ``pe``'s copy of symmetric ``arr``: the same heap offset in its mapped heap."""
     offset = _address_of(arr) - np.uint64(_state_word(_HEAP_BASE))
     base = np.uint64(_state_word(_PEER_BASES + pe))
-    return _carray(_pointer_like(base + offset, arr), arr.size)
+    return _flat_view(base + offset, arr)
 
 
-@jit
+@jit_array
 def barrier_words(team, fn):
     n = _state_word(_N_PES)
     address = np.uint64(_state_word(_HEAP_BASE) + team * (n + 1) * 8)
-    return _carray(_int64_pointer(address), n + 1)
+    return _int64_view(address, n + 1)
 
 
 @jit

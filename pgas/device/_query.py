@@ -29,7 +29,7 @@ def team_n_pes(team):
 def team_translate_pe(src_team, pe, dest_team):
     """team_translate_pe(src_team, pe, dest_team) -> the rank in ``dest_team`` of the PE
     with rank ``pe`` in ``src_team``, or -1 if it is not a member of ``dest_team``."""
-    fn = "pgas.device.team_translate_pe"
+    fn = _p.name("pgas.device.team_translate_pe")
     if pe < 0 or pe >= _p.team_size(src_team, fn):
         return -1
     return _p.team_index_of(dest_team, _p.team_pe(src_team, pe, fn), fn)

@@ -16,7 +16,7 @@ __all__ = ["p", "g", "put", "get", "put_nbi", "get_nbi", "iput", "iget"]
 
 def p(dest, value, pe):
     """p(dest, value, pe): write ``value`` to element 0 of PE ``pe``'s ``dest``."""
-    fn = "pgas.device.p"
+    fn = _p.name("pgas.device.p")
     mine = _p.local(dest, fn, "dest")
     _p.check_not_empty(fn, "dest", mine)
     _p.remote_store(fn, mine, pe, value, "dest", False)
@@ -24,7 +24,7 @@ def p(dest, value, pe):
 
 def g(src, pe):
     """g(src, pe) -> value: element 0 of PE ``pe``'s ``src``."""
-    fn = "pgas.device.g"
+    fn = _p.name("pgas.device.g")
     mine = _p.local(src, fn, "src")
     _p.check_not_empty(fn, "src", mine)
     return _p.remote_load(fn, mine, pe, "src")
@@ -86,10 +86,10 @@ def _make(op: str, nbi: bool, suffix: str):
     to_peer, what = _OPS[op]
     scope = _SCOPES[suffix]
     name = f"{op}{'_nbi' if nbi else ''}{suffix}"
-    fn = f"pgas.device.{name}"
+    label = f"pgas.device.{name}"
 
     def rma(dest, src, pe):
-        _copy(fn, dest, src, pe, to_peer, scope, nbi)
+        _copy(_p.name(label), dest, src, pe, to_peer, scope, nbi)
 
     rma.__name__ = rma.__qualname__ = name
     done = ("Returns once the copy is issued; it is complete after ``quiet``." if nbi else

@@ -34,7 +34,7 @@ def signal_op(signal, value, sig_op, pe):
 
 def signal_fetch(signal):
     """signal_fetch(signal) -> value: the local ``signal[0]``, read with acquire ordering."""
-    fn = "pgas.device.signal_fetch"
+    fn = _p.name("pgas.device.signal_fetch")
     word = _p.local(signal, fn, "signal")
     _p.check_signal(fn, word)
     return _p.load_acquire(word, fn, "signal")
@@ -45,7 +45,7 @@ def signal_wait_until(signal, cmp, value):
 
     Fails with PgasTimeoutError after PGAS_TIMEOUT seconds.
     """
-    fn = "pgas.device.signal_wait_until"
+    fn = _p.name("pgas.device.signal_wait_until")
     word = _p.local(signal, fn, "signal")
     _p.check_signal(fn, word)
     return _p.wait_for_value(fn, word, "signal", cmp, value)
@@ -59,9 +59,10 @@ _SCOPES = {"": (THREAD, "Called by one thread."),
 def _make(nbi: bool, suffix: str):
     scope, who = _SCOPES[suffix]
     name = f"put_signal{'_nbi' if nbi else ''}{suffix}"
-    fn = f"pgas.device.{name}"
+    label = f"pgas.device.{name}"
 
     def put_signal_op(dest, src, signal, value, sig_op, pe):
+        fn = _p.name(label)
         _copy(fn, dest, src, pe, True, scope, nbi)  # ends with the group synchronized
         if _p.group_rank_and_size(scope, fn)[0] == 0:
             _p.fence(fn)  # the data before the signal

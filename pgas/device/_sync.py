@@ -41,7 +41,7 @@ def quiet():
 
 def test(ivar, cmp, value):
     """test(ivar, cmp, value) -> bool: does the local ``ivar[0] <cmp> value`` hold now?"""
-    fn = "pgas.device.test"
+    fn = _p.name("pgas.device.test")
     _p.check_cmp(fn, cmp)
     return _compare(_p.load_acquire(_p.local(ivar, fn, "ivar"), fn, "ivar"), cmp, value)
 
@@ -51,7 +51,7 @@ def wait_until(ivar, cmp, value):
 
     Fails with PgasTimeoutError after PGAS_TIMEOUT seconds.
     """
-    fn = "pgas.device.wait_until"
+    fn = _p.name("pgas.device.wait_until")
     _p.wait_for_value(fn, _p.local(ivar, fn, "ivar"), "ivar", cmp, value)
 
 
@@ -91,16 +91,16 @@ _SCOPES = {"": (THREAD, "One thread per PE calls it."),
 def _make(name: str, suffix: str, complete_first: bool, on_team: bool):
     scope, who = _SCOPES[suffix]
     full = name + suffix
-    fn = f"pgas.device.{full}"
+    label = f"pgas.device.{full}"
     what = ("quiet, then wait for every member" if complete_first else
             "wait for every member, without completing RMA,")
     if on_team:
         def sync_op(team):
-            _grouped_sync(fn, scope, team, complete_first)
+            _grouped_sync(_p.name(label), scope, team, complete_first)
         sync_op.__doc__ = f"{full}(team): {what} of ``team``. {who}"
     else:
         def sync_op():
-            _grouped_sync(fn, scope, TEAM_WORLD, complete_first)
+            _grouped_sync(_p.name(label), scope, TEAM_WORLD, complete_first)
         sync_op.__doc__ = f"{full}(): {what} of TEAM_WORLD. {who}"
     sync_op.__name__ = sync_op.__qualname__ = full
     return sync_op

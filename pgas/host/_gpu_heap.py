@@ -1,26 +1,29 @@
 """The symmetric heap of the cuda backend: GPU memory shared with the node's PEs by CUDA IPC.
 
-Each PE allocates its heap with ``cuMemAlloc`` on its device, exports it with
-``cuIpcGetMemHandle``, and opens every other local PE's handle
-(``cuIpcOpenMemHandle``), so a peer's heap is a device pointer in this process: kernels
-reach it with loads and stores (over NVLink/PCIe between GPUs, or in the same GPU when
-PEs share one), and the copy engines reach it with ``cuMemcpyAsync``. The same memory
-is what a NIC path registers for RDMA (``dmabuf_fd``).
+Before anything else, ``init`` reserves the device state block's fixed address
+(``_gpu_state``), so that the heap cannot land on it. Each PE allocates its heap with
+``cuMemAlloc`` on its device, exports it with ``cuIpcGetMemHandle``, and opens every
+other local PE's handle (``cuIpcOpenMemHandle``), so a peer's heap is a device pointer
+in this process: kernels reach it with loads and stores (over NVLink/PCIe between GPUs,
+or in the same GPU when PEs share one; PEs on different GPUs check first that the GPUs
+have peer access with native atomics), and the copy engines reach it with
+``cuMemcpyAsync``. The same memory is what a NIC path registers for RDMA (``dmabuf_fd``).
 
 The interface is the simulator heap's (``_heap.py``): ``offset_of``, ``view_on``,
 ``array_at``, ``zero``, ``reachable``, ``publish_team``, ``close``; arrays are numba
-device arrays instead of numpy arrays.
+device arrays instead of numpy arrays. The heap also holds the runtime's internal stream
+(``stream``), a non-blocking one that host operations with ``stream=None`` use, so they
+neither wait for nor hold up the work of the legacy default stream and user streams.
 """
 from __future__ import annotations
 
 import ctypes
 
-import numpy as np
-
 from .._errors import PgasError
 from ._bootstrap import Bootstrap
-from ._gpu_driver import checked, select_device, synchronize
-from ._gpu_state import DeviceState
+from ._gpu_driver import check_peer_access, checked, create_stream, device_array_at, pci_bus_id, select_device, \
+    synchronize
+from ._gpu_state import DeviceState, reserve_state_address
 from ._heap import array_span, check_span
 
 __all__ = ["GpuSymmetricHeap"]
@@ -53,29 +56,39 @@ class GpuSymmetricHeap:
         self.device = select_device(boot.local_pes.index(boot.my_pe))
         self.bases: list[int | None] = [None] * boot.n_pes
         self._opened: list[int] = []
-        self.state = None
-        self.base = int(checked(driver.cuMemAlloc(size), f"cuMemAlloc of the {size}-byte symmetric heap "
-                                                         "(lower PGAS_SYMMETRIC_SIZE?)"))
-        self.bases[self.my_pe] = self.base
+        self.state = self.base = self.stream = None
+        reserve_state_address(self.device)   # first: the heap must not take the state block's address
         try:
+            self.stream = create_stream()
+            self.base = int(checked(driver.cuMemAlloc(size), f"cuMemAlloc of the {size}-byte symmetric heap "
+                                                             "(lower PGAS_SYMMETRIC_SIZE?)"))
+            self.bases[self.my_pe] = self.base
+            # Synchronous copies into the heap (numba's copy_to_device) then complete before they
+            # return, as NVSHMEM makes them: host operations on the internal stream are not ordered
+            # after the legacy default stream, so a pageable copy still in flight would be missed.
+            checked(driver.cuPointerSetAttribute(1, driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+                                                 self.base), "cuPointerSetAttribute (SYNC_MEMOPS on the heap)")
             self.zero(0, size)
             self._open_peers(boot)
-            self.state = DeviceState(self.device, boot.my_pe, boot.n_pes, self.base, size, timeout, self.bases)
+            self.state = DeviceState(self.device, boot.my_pe, boot.n_pes, self.base, size, timeout, self.bases,
+                                     self.stream)
         except Exception:
             self._release(wait_for_peers=False)
             raise
 
     def _open_peers(self, boot: Bootstrap) -> None:
-        """Exchange IPC handles over the node and open every peer's; all PEs of the node
-        agree whether it worked, so a failure is an error on each of them (no hang)."""
+        """Exchange IPC handles and GPUs over the node, check that this PE's GPU reaches each
+        peer's, and open every peer's heap; all PEs of the node agree whether it worked, so a
+        failure is an error on each of them (no hang)."""
         from cuda.bindings import driver
 
         mine = _handle_bytes(checked(driver.cuIpcGetMemHandle(self.base), "cuIpcGetMemHandle"))
-        handles = boot.node_comm.allgather(mine)
+        exchanged = boot.node_comm.allgather((mine, pci_bus_id(self.device)))
         problem = None
         try:
-            for pe, data in zip(boot.local_pes, handles):
+            for pe, (data, bus_id) in zip(boot.local_pes, exchanged):
                 if pe != self.my_pe:
+                    check_peer_access(self.device, f"PE {self.my_pe}", bus_id, f"PE {pe}")
                     flags = driver.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
                     peer = int(checked(driver.cuIpcOpenMemHandle(_handle_from(data), flags),
                                        f"cuIpcOpenMemHandle of PE {pe}'s heap"))
@@ -104,19 +117,19 @@ class GpuSymmetricHeap:
                 f"{fn}: PE {pe} is on another node: it has no load/store path from this PE, and "
                 "remote transports are not available in this version of pgas")
         _, shape, strides, _ = span
-        return _device_array(self.bases[pe] + offset, shape, strides, arr.dtype, self)
+        return device_array_at(self.bases[pe] + offset, shape, arr.dtype, strides, owner=self)
 
     def array_at(self, offset: int, shape: tuple, dtype):
         """A C-ordered device array of this PE's heap starting at ``offset``."""
-        return _device_array(self.base + offset, shape, None, dtype, self)
+        return device_array_at(self.base + offset, shape, dtype, owner=self)
 
     def zero(self, offset: int, nbytes: int) -> None:
         """Zero bytes of this PE's heap, complete on return (a memset is asynchronous to
         the host, and peers may write there as soon as this PE reaches its next barrier)."""
         from cuda.bindings import driver
 
-        checked(driver.cuMemsetD8(self.base + offset, 0, nbytes), "cuMemsetD8")
-        synchronize(0)
+        checked(driver.cuMemsetD8Async(self.base + offset, 0, nbytes, self.stream), "cuMemsetD8Async")
+        synchronize(self.stream)
 
     def reachable(self, pe: int) -> bool:
         return self.bases[pe] is not None
@@ -139,7 +152,7 @@ class GpuSymmetricHeap:
 
     def close(self) -> None:
         """Wait for this PE's GPU work, unmap the peers' heaps, then (once every PE of the
-        node has unmapped) free this PE's heap and the state block."""
+        node has unmapped) free this PE's heap, the state block and the internal stream."""
         from numba import cuda
 
         cuda.synchronize()
@@ -159,12 +172,7 @@ class GpuSymmetricHeap:
         if self.base is not None:
             driver.cuMemFree(self.base)
             self.base = None
+        if self.stream is not None:
+            driver.cuStreamDestroy(self.stream)
+            self.stream = None
         self.bases = [None] * len(self.bases)
-
-
-def _device_array(address: int, shape, strides, dtype, owner):
-    from numba import cuda
-
-    desc = {"shape": tuple(shape), "strides": strides, "typestr": np.dtype(dtype).str,
-            "data": (address, False), "version": 3}
-    return cuda.from_cuda_array_interface(desc, owner=owner, sync=False)

@@ -6,9 +6,12 @@ team barriers, collectives) is a small kernel over ``pgas.device`` launched on t
 stream, as NVSHMEM's ``*_on_stream`` calls are, so host and device operations of all
 PEs share one set of signal words and barrier epochs.
 
-``stream=None`` means the legacy default stream, and the call returns when the work is
-done; with a stream the work is queued on it and the call returns at once. The host
-argument checks are made before any of this (``_rma``, ``_signal``, ``_collectives``).
+``stream=None`` means the runtime's internal stream (non-blocking, so the work neither
+waits for nor holds up the legacy default stream and user streams), and the call returns
+when the work is done; as in NVSHMEM, it is not ordered after work the caller queued on
+other streams (synchronize that first). With a stream the work is queued on it and the
+call returns at once. The host argument checks are made before any of this (``_rma``,
+``_signal``, ``_collectives``).
 """
 from __future__ import annotations
 
@@ -18,12 +21,18 @@ from numba import cuda
 from .. import device as dev
 from .._errors import PgasError
 from .._env import setting
-from ._gpu_driver import checked, numba_stream, stream_handle, synchronize
+from ._gpu_driver import checked, device_array_at, numba_stream, stream_handle, stream_scratch, synchronize
 from ._heap import array_span
+from ._runtime import runtime
 
 __all__ = ["copy", "signal_op", "signal_wait_until", "quiet", "team_barrier", "collective"]
 
 COLLECTIVE_THREADS = 512   # one block runs a host-called collective
+
+
+def _handle(stream, fn: str) -> int:
+    """The CUstream of ``stream``; None is the runtime's internal stream."""
+    return stream_handle(stream, fn, runtime(fn).heap.stream)
 
 
 def _finish(handle: int, stream, fn: str) -> None:
@@ -42,7 +51,7 @@ def copy(dst, src, nelems: int, stream, fn: str) -> None:
     (or device to host: any pair the unified address space allows)."""
     from cuda.bindings import driver
 
-    handle = stream_handle(stream, fn)
+    handle = _handle(stream, fn)
     nbytes = nelems * np.dtype(dst.dtype).itemsize
     if nbytes:
         dst_address, src_address = array_span(dst, fn, "dest")[0], array_span(src, fn, "src")[0]
@@ -51,7 +60,7 @@ def copy(dst, src, nelems: int, stream, fn: str) -> None:
 
 
 def _launch(kernel, threads: int, stream, fn: str, *args) -> None:
-    handle = stream_handle(stream, fn)
+    handle = _handle(stream, fn)
     kernel[1, threads, numba_stream(handle)](*args)
     _finish(handle, stream, fn)
 
@@ -89,9 +98,20 @@ def signal_op(signal, value: int, sig_op: int, pe: int, stream, fn: str) -> None
 
 def signal_wait_until(signal, cmp: int, value: int, stream, fn: str):
     """Wait until ``signal[0] <cmp> value``: the value seen, or None when queued on a stream."""
-    seen = cuda.device_array(1, dtype=signal.dtype)
-    _launch(_wait_kernel, 1, stream, fn, signal, cmp, value, seen)
-    return None if stream is not None else seen.copy_to_host()[0]
+    from cuda.bindings import driver
+
+    handle = _handle(stream, fn)
+    # The word the kernel writes what it saw into is freed in the stream's order: a wait
+    # queued on a user's stream may run long after this call has returned.
+    with stream_scratch(signal.dtype.itemsize, handle, fn) as address:
+        _launch(_wait_kernel, 1, stream, fn, signal, cmp, value, device_array_at(address, (1,), signal.dtype))
+        if stream is not None:
+            return None
+        seen = np.empty(1, signal.dtype)    # read once the kernel is done (_launch waited)
+        checked(driver.cuMemcpyDtoHAsync(seen.ctypes.data, address, seen.nbytes, handle),
+                f"{fn}: cuMemcpyDtoHAsync")
+        synchronize(handle)
+        return seen[0]
 
 
 def quiet(stream, fn: str) -> None:

@@ -76,18 +76,21 @@ def _allocate(fn: str, shape, dtype, fill=None):
             raise
     view = rt.heap.array_at(offset, dims, dtype)
     if fill is not None:
-        _fill(rt, view, offset, nbytes, fill)
+        _fill(rt, view, offset, nbytes, fill, fn)
     wait_all(rt.boot.comm, fn)  # no PE writes into a peer's copy before the peer has it
     return _device_array(view)
 
 
-def _fill(rt: Runtime, view, offset: int, nbytes: int, value) -> None:
+def _fill(rt: Runtime, view, offset: int, nbytes: int, value, fn: str) -> None:
+    """Fill a new symmetric array, complete on return (peers may use it right after)."""
     if not rt.on_gpu:
         view[...] = value
     elif np.isscalar(value) and value == 0:
         rt.heap.zero(offset, nbytes)
-    else:
-        view.copy_to_device(np.ascontiguousarray(np.broadcast_to(np.asarray(value, view.dtype), view.shape)))
+    else:   # a copy from pageable memory can return before it lands: _gpu_ops.copy waits for it
+        from . import _gpu_ops
+        values = np.ascontiguousarray(np.broadcast_to(np.asarray(value, view.dtype), view.shape))
+        _gpu_ops.copy(view, values, values.size, None, fn)
 
 
 def empty(shape, dtype=np.float64):

@@ -7,7 +7,7 @@ mapped heaps; on the cuda backend they are small kernels over ``pgas.device`` qu
 from __future__ import annotations
 
 from .. import _cpu_atomics
-from .._checks import check_pe, check_sig_op, check_signal
+from .._checks import check_contiguous, check_pe, check_sig_op, check_signal
 from .._constants import SIGNAL_SET
 from .._waiting import check_cmp, wait_for_value
 from ._memory import as_ndarray
@@ -17,16 +17,23 @@ from ._runtime import runtime
 __all__ = ["put_signal", "signal_wait_until"]
 
 
+def _signal_word(fn: str, signal):
+    """Element 0 of ``signal`` as a one-element array (the array must be contiguous: a
+    strided one has no flat view, and device code reads it without its strides)."""
+    word = as_ndarray(signal, fn, "signal")
+    check_signal(fn, word)
+    check_contiguous(fn, "signal", word)
+    return word.reshape(-1)[:1]
+
+
 def put_signal(dest, src, signal, value, sig_op, pe: int, stream=None) -> None:
     """Put ``src`` into PE ``pe``'s ``dest``, then update its ``signal[0]`` (SIGNAL_SET or
     SIGNAL_ADD with ``value``); the data is visible before the signal is."""
     fn = "pgas.put_signal"
     rt = runtime(fn)
     pe = check_pe(fn, pe, rt.n_pes)
-    word = as_ndarray(signal, fn, "signal")
-    check_signal(fn, word)
+    word = _signal_word(fn, signal)
     check_sig_op(fn, sig_op)
-    word = word.reshape(-1)[:1]
     rt.heap.offset_of(word, fn, "signal")
     put(dest, src, pe, stream)
     if rt.on_gpu:
@@ -46,10 +53,8 @@ def signal_wait_until(signal, cmp, value, stream=None):
     """
     fn = "pgas.signal_wait_until"
     rt = runtime(fn)
-    word = as_ndarray(signal, fn, "signal")
-    check_signal(fn, word)
+    word = _signal_word(fn, signal)
     check_cmp(fn, cmp)
-    word = word.reshape(-1)[:1]
     rt.heap.offset_of(word, fn, "signal")
     if rt.on_gpu:
         from . import _gpu_ops

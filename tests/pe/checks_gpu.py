@@ -169,7 +169,9 @@ def check_cupy_and_torch_wrap_symmetric_arrays_without_a_copy():
         cupy = None
     if cupy is not None:
         assert cupy.asarray(a).data.ptr == address
-        pgas.put(a, cupy.arange(8, dtype=cupy.float32), pgas.my_pe())
+        source = cupy.arange(8, dtype=cupy.float32)
+        cupy.cuda.Device().synchronize()   # host calls are not ordered after other streams' work
+        pgas.put(a, source, pgas.my_pe())
         assert np.array_equal(a.copy_to_host(), np.arange(8, dtype=np.float32))
     try:
         import torch
@@ -177,7 +179,9 @@ def check_cupy_and_torch_wrap_symmetric_arrays_without_a_copy():
         torch = None
     if torch is not None:
         assert torch.as_tensor(a, device="cuda").data_ptr() == address
-        pgas.put(a, torch.ones(8, dtype=torch.float32, device="cuda"), pgas.my_pe())
+        source = torch.ones(8, dtype=torch.float32, device="cuda")
+        torch.cuda.synchronize()
+        pgas.put(a, source, pgas.my_pe())
         assert np.array_equal(a.copy_to_host(), np.ones(8, dtype=np.float32))
     pgas.free(a)
     if cupy is None and torch is None:

@@ -1,0 +1,242 @@
+"""The cuda backend's host side, checked without a GPU: a fake CUDA driver records the
+calls pgas makes (their order and their streams), so the places where a GPU run could
+only fail now and then are pinned down here.
+
+- the state block's address is reserved before the heap and kept across init cycles;
+- host copies from pageable memory (state pushes, ``pgas.full``) have landed on return;
+- ``stream=None`` is the runtime's internal stream, synchronized where the call blocks;
+- a wait queued on a stream keeps its result word until the stream is done with it;
+- PEs of a node on different GPUs need peer access with native atomics;
+- a strided signal is refused with the argument's name.
+"""
+from __future__ import annotations
+
+import ctypes
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from cuda.bindings import driver
+
+import pgas
+from pgas.host import _gpu_heap, _gpu_ops, _gpu_state, _memory, _runtime
+
+SUCCESS = driver.CUresult.CUDA_SUCCESS
+STATE_ADDRESS = 0x7E00_0000_0000
+STATE_WORDS = {"my_pe": 0, "n_pes": 1, "heap_base": 2, "heap_size": 3, "timeout_ns": 4, "peer_bases": 5}
+INTERNAL = 0x5151          # the handle the fake cuStreamCreate gives
+HEAP_BASE = 0x1000_0000
+HEAP_SIZE = 4 << 20
+
+
+def _bus_id(device: int) -> bytes:
+    return f"0000:{device + 1:02x}:00.0".encode().ljust(64, b"\0")
+
+
+class FakeDriver:
+    """Stands in for the cuda-python driver calls pgas makes: each succeeds (or answers
+    as ``answers`` says) and is recorded as (name, args)."""
+
+    ANSWERS = {
+        "cuMemAddressReserve": lambda size, alignment, address, flags: address,
+        "cuMemGetAllocationGranularity": 2 << 20,
+        "cuStreamCreate": INTERNAL,
+        "cuMemAlloc": HEAP_BASE,
+        "cuMemAllocAsync": 0x2000_0000,
+        "cuMemCreate": 0xA11,
+        "cuIpcGetMemHandle": lambda base: driver.CUipcMemHandle(),
+        "cuIpcOpenMemHandle": 0x3000_0000,
+        "cuDeviceGet": lambda ordinal: ordinal,
+        "cuDeviceGetPCIBusId": lambda length, device: _bus_id(device),
+        "cuDeviceGetByPCIBusId": lambda bus_id: int(bus_id.split(b":")[1], 16) - 1,
+        "cuDeviceCanAccessPeer": 1,
+        "cuDeviceGetP2PAttribute": 1,
+        "cuGetErrorString": b"fake error",
+    }
+    CALLS = ["cuMemAddressFree", "cuStreamDestroy", "cuStreamSynchronize", "cuMemFree", "cuMemsetD8",
+             "cuMemsetD8Async", "cuIpcCloseMemHandle", "cuMemMap", "cuMemSetAccess", "cuMemcpyHtoD",
+             "cuMemcpyHtoDAsync", "cuMemUnmap", "cuMemRelease", "cuMemFreeAsync", "cuMemcpyAsync",
+             "cuMemcpyDtoHAsync", "cuPointerSetAttribute"]
+
+    def __init__(self, monkeypatch, **answers):
+        self.calls: list[tuple[str, tuple]] = []
+        self.answers = {**self.ANSWERS, **answers}
+        for name in [*self.ANSWERS, *self.CALLS]:
+            monkeypatch.setattr(driver, name, self._recorder(name))
+
+    def _recorder(self, name: str):
+        def call(*args):
+            self.calls.append((name, args))
+            answer = self.answers.get(name)
+            value = answer(*args) if callable(answer) else answer
+            return (SUCCESS,) if value is None else (SUCCESS, value)
+        return call
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    def args(self, name: str) -> list[tuple]:
+        return [args for called, args in self.calls if called == name]
+
+
+class NodeComm:
+    """The node communicator of PE 0 among ``n`` PEs: peer k's contribution to an
+    allgather is what ``peer(k, mine)`` makes of PE 0's."""
+
+    def __init__(self, n: int, peer=lambda k, mine: mine):
+        self.n, self.peer = n, peer
+
+    def allgather(self, mine):
+        return [mine] + [self.peer(k, mine) for k in range(1, self.n)]
+
+    def Barrier(self):
+        pass
+
+
+def _boot(n: int = 1, peer=lambda k, mine: mine):
+    return SimpleNamespace(my_pe=0, n_pes=n, local_pes=list(range(n)), node_comm=NodeComm(n, peer))
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """A fake driver, a fake GPU 0, and no state reservation yet in this process."""
+    from numba import cuda
+
+    monkeypatch.setattr(_gpu_state, "_reserved", None, raising=False)
+    monkeypatch.setattr(_gpu_state, "_state_layout", lambda: (STATE_ADDRESS, STATE_WORDS))
+    monkeypatch.setattr(_gpu_heap, "select_device", lambda local_rank: 0)
+    monkeypatch.setattr(cuda, "synchronize", lambda: None)
+    return FakeDriver(monkeypatch)
+
+
+@pytest.fixture
+def fake_runtime(monkeypatch, fake):
+    """A runtime whose heap holds the internal stream (what ``_gpu_ops`` reads)."""
+    rt = SimpleNamespace(heap=SimpleNamespace(stream=INTERNAL), on_gpu=True, n_pes=1)
+    monkeypatch.setattr(_runtime, "_runtime", rt)
+    return rt
+
+
+def test_state_address_is_reserved_before_the_heap_and_kept_across_init_cycles(fake):
+    for _cycle in range(2):
+        _gpu_heap.GpuSymmetricHeap(_boot(), HEAP_SIZE, 1.0).close()
+    names = fake.names()
+    assert names.index("cuMemAddressReserve") < names.index("cuMemAlloc")
+    assert names.count("cuMemAddressReserve") == 1 and "cuMemAddressFree" not in names
+    assert fake.args("cuMemAddressReserve")[0][2] == STATE_ADDRESS
+    assert names.count("cuMemMap") == names.count("cuMemUnmap") == 2   # mapped again by each init
+
+
+def test_a_state_address_the_driver_does_not_honour_is_refused_before_the_heap(monkeypatch, fake):
+    fake.answers["cuMemAddressReserve"] = lambda size, alignment, address, flags: address + (2 << 20)
+    with pytest.raises(pgas.PgasError, match=r"did not reserve the device state block at 0x7e0000000000 "
+                                             r"\(it offered 0x7e0000200000\).*set PGAS_STATE_ADDRESS"):
+        _gpu_heap.GpuSymmetricHeap(_boot(), HEAP_SIZE, 1.0)
+    assert fake.args("cuMemAddressFree") == [(STATE_ADDRESS + (2 << 20), 64 << 20)]
+    assert "cuMemAlloc" not in fake.names() and "cuStreamCreate" not in fake.names()
+    assert _gpu_state._reserved is None   # the next init tries again
+
+
+def test_heap_zeroing_and_state_pushes_land_on_the_internal_stream_before_init_returns(fake):
+    heap = _gpu_heap.GpuSymmetricHeap(_boot(), HEAP_SIZE, 1.0)
+    heap.publish_team(2, SimpleNamespace(pes=(0,), my_index=0))
+    heap.close()
+    names = fake.names()
+    assert "cuMemsetD8" not in names and "cuMemcpyHtoD" not in names   # legacy-stream forms
+    for name in ("cuMemsetD8Async", "cuMemcpyHtoDAsync"):
+        assert [args[-1] for args in fake.args(name)] == [INTERNAL] * names.count(name)
+        for at in (i for i, called in enumerate(names) if called == name):
+            assert fake.calls[at + 1] == ("cuStreamSynchronize", (INTERNAL,)), name
+    assert names.count("cuMemcpyHtoDAsync") == 2     # init, then the team's row
+    sync_memops = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_SYNC_MEMOPS   # users' synchronous copies land
+    assert fake.args("cuPointerSetAttribute") == [(1, sync_memops, HEAP_BASE)]
+    assert fake.args("cuStreamDestroy") == [(INTERNAL,)]
+
+
+def test_full_waits_for_its_copy_from_pageable_memory(fake_runtime, fake):
+    view = np.zeros(6, np.float32)
+    _memory._fill(fake_runtime, view, 0, view.nbytes, 2.5, "pgas.full")
+    (dst, src, nbytes, stream), = fake.args("cuMemcpyAsync")
+    assert (dst, nbytes, stream) == (view.ctypes.data, view.nbytes, INTERNAL)
+    assert fake.calls[-1] == ("cuStreamSynchronize", (INTERNAL,))
+
+
+def test_stream_none_is_the_internal_stream_and_a_given_stream_is_not_waited_for(fake_runtime, fake):
+    dst, src = np.zeros(4), np.ones(4)
+    _gpu_ops.copy(dst, src, 4, None, "pgas.put")
+    assert fake.args("cuMemcpyAsync")[0][3] == INTERNAL and fake.calls[-1] == ("cuStreamSynchronize", (INTERNAL,))
+    _gpu_ops.copy(dst, src, 4, 0x777, "pgas.put")
+    assert fake.args("cuMemcpyAsync")[1][3] == 0x777 and fake.calls[-1][0] == "cuMemcpyAsync"
+
+
+class _RecordedKernel:
+    """Records launches into the fake driver's calls as ("launch", (stream, args))."""
+
+    def __init__(self, fake):
+        self.fake = fake
+
+    def __getitem__(self, config):
+        return lambda *args: self.fake.calls.append(("launch", (config[2], args)))
+
+
+@pytest.fixture
+def wait_kernel(monkeypatch, fake):
+    monkeypatch.setattr(_gpu_ops, "_wait_kernel", _RecordedKernel(fake))
+    monkeypatch.setattr(_gpu_ops, "numba_stream", lambda handle: handle)
+    monkeypatch.setattr(_gpu_ops, "device_array_at", lambda address, shape, dtype: ("scratch", address),
+                        raising=False)
+
+
+def test_a_wait_queued_on_a_stream_frees_its_word_in_the_streams_order(fake_runtime, fake, wait_kernel):
+    signal = np.zeros(1, np.uint64)
+    assert _gpu_ops.signal_wait_until(signal, pgas.CMP_GE, 1, 0x777, "pgas.signal_wait_until") is None
+    assert fake.names() == ["cuMemAllocAsync", "launch", "cuMemFreeAsync"]   # the host does not wait
+    (nbytes, stream), (launched_on, args), (freed, free_stream) = (args for _, args in fake.calls)
+    address = fake.answers["cuMemAllocAsync"]
+    assert (nbytes, stream, launched_on, args[-1]) == (8, 0x777, 0x777, ("scratch", address))
+    assert (freed, free_stream) == (address, 0x777)
+
+
+def test_a_blocking_wait_reads_its_word_after_the_kernel_on_the_internal_stream(fake_runtime, fake, wait_kernel):
+    def copy_out(host, device, nbytes, stream):
+        ctypes.memmove(host, np.array([7], np.uint64).ctypes.data, nbytes)
+    fake.answers["cuMemcpyDtoHAsync"] = copy_out
+    seen = _gpu_ops.signal_wait_until(np.zeros(1, np.uint64), pgas.CMP_GE, 1, None, "pgas.signal_wait_until")
+    assert seen == 7
+    assert fake.names() == ["cuMemAllocAsync", "launch", "cuStreamSynchronize", "cuMemcpyDtoHAsync",
+                            "cuStreamSynchronize", "cuMemFreeAsync"]
+    assert {args[-1] for name, args in fake.calls if name != "launch"} | {fake.calls[1][1][0]} == {INTERNAL}
+
+
+def _on_gpu_two(k, mine):
+    """Peer k of PE 0 is on GPU k (its heap handle is PE 0's; problems: none)."""
+    return (mine[0], _bus_id(k).rstrip(b"\0").decode()) if isinstance(mine, tuple) else None
+
+
+@pytest.mark.parametrize("missing,answers,expected", [
+    ("peer access", {"cuDeviceCanAccessPeer": 0}, r"PE 0's GPU has no peer access to PE 1's "
+                                                  r"\(cuDeviceCanAccessPeer is 0"),
+    ("native atomics", {"cuDeviceGetP2PAttribute": 0}, r"the link from PE 0's GPU to PE 1's has no native atomics"),
+])
+def test_pes_on_gpus_without_peer_access_or_native_atomics_are_refused_by_name(fake, missing, answers, expected):
+    fake.answers.update(answers)
+    with pytest.raises(pgas.PgasError, match=r"could not map each other's heaps: PE 0: PE 0 \(GPU 0000:01:00.0\) "
+                                             r"and PE 1 \(GPU 0000:02:00.0\) are on one node, but " + expected):
+        _gpu_heap.GpuSymmetricHeap(_boot(2, _on_gpu_two), HEAP_SIZE, 1.0)
+    assert "cuIpcOpenMemHandle" not in fake.names(), missing
+    assert fake.args("cuMemFree") == [(HEAP_BASE,)] and fake.args("cuStreamDestroy") == [(INTERNAL,)]
+
+
+def test_pes_sharing_a_gpu_need_no_peer_check(fake):
+    _gpu_heap.GpuSymmetricHeap(_boot(2), HEAP_SIZE, 1.0).close()
+    assert "cuDeviceCanAccessPeer" not in fake.names() and len(fake.args("cuIpcOpenMemHandle")) == 1
+
+
+@pytest.mark.parametrize("call", [
+    lambda signal: pgas.signal_wait_until(signal, pgas.CMP_EQ, 0),
+    lambda signal: pgas.put_signal(np.zeros(1), np.zeros(1), signal, 1, pgas.SIGNAL_SET, 0),
+], ids=["signal_wait_until", "put_signal"])
+def test_a_strided_signal_is_refused_by_name(fake_runtime, call):
+    with pytest.raises(pgas.PgasValueError, match=r"pgas\.(signal_wait_until|put_signal): signal must be "
+                                                  r"C-contiguous"):
+        call(np.zeros(4, np.uint64)[::2])
