@@ -9,6 +9,7 @@ import numbers
 import numpy as np
 
 from ._constants import SIGNAL_ADD, SIGNAL_SET
+from ._device_errors import device_error
 from ._errors import PgasValueError
 
 __all__ = ["check_pe", "check_dtypes_match", "check_fits", "check_contiguous", "check_nonnegative",
@@ -20,7 +21,7 @@ def check_pe(fn: str, pe, n_pes: int, what: str = "pe") -> int:
     if isinstance(pe, (bool, np.bool_)) or not isinstance(pe, numbers.Integral):
         raise PgasValueError(f"{fn}: {what} must be an integer PE number, got {pe!r}")
     if not 0 <= pe < n_pes:
-        raise PgasValueError(f"{fn}: {what} must be within [0, {n_pes}), got {pe}")
+        raise device_error("PE_RANGE", fn, what, a=pe, b=n_pes)
     return int(pe)
 
 
@@ -43,8 +44,10 @@ def check_contiguous(fn: str, what: str, arr) -> None:
 
 
 def check_nonnegative(fn: str, what: str, value) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 0:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise PgasValueError(f"{fn}: {what} must be a non-negative integer, got {value!r}")
+    if value < 0:
+        raise device_error("NEGATIVE", fn, what, a=value)
     return int(value)
 
 
@@ -54,16 +57,15 @@ _SIGNAL_DTYPES = (np.dtype(np.uint64), np.dtype(np.int64))
 def check_signal(fn: str, signal: np.ndarray) -> None:
     """A signal is element 0 of a uint64 (or int64) array."""
     if signal.dtype not in _SIGNAL_DTYPES or signal.size == 0:
-        raise PgasValueError(f"{fn}: signal must be a non-empty uint64 (or int64) symmetric array, "
-                             f"got {signal.dtype} with {signal.size} elements")
+        raise device_error("SIGNAL", fn, "signal", str(signal.dtype), a=signal.size)
 
 
 def check_sig_op(fn: str, sig_op) -> None:
     if sig_op not in (SIGNAL_SET, SIGNAL_ADD):
-        raise PgasValueError(f"{fn}: sig_op must be pgas.SIGNAL_SET or pgas.SIGNAL_ADD, got {sig_op!r}")
+        raise device_error("SIG_OP", fn, a=repr(sig_op))
 
 
 def check_root(fn: str, root, team_size: int) -> None:
     """``root`` must be a team rank."""
     if isinstance(root, (bool, np.bool_)) or not isinstance(root, numbers.Integral) or not 0 <= root < team_size:
-        raise PgasValueError(f"{fn}: root must be a team rank within [0, {team_size}), got {root!r}")
+        raise device_error("ROOT", fn, a=repr(root), b=team_size)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ._errors import PgasValueError
 
-__all__ = ["load_acquire", "store_release", "fence", "rmw", "compare_swap", "int64_word", "check_word",
+__all__ = ["load_acquire", "fence", "rmw", "compare_swap", "int64_word", "check_word",
            "as_bits", "from_bits",
            "ORDERED_DTYPES", "INTEGER_DTYPES", "RMW_OPS"]
 
@@ -120,12 +120,6 @@ def load_acquire(arr: np.ndarray, fn: str, what: str):
     """Element 0 of ``arr``, read with acquire ordering."""
     address = _checked(arr, fn, what)
     return arr.dtype.type(_get().loads[arr.dtype](address))
-
-
-def store_release(arr: np.ndarray, value, fn: str, what: str) -> None:
-    """Write ``value`` to element 0 of ``arr`` with release ordering."""
-    address = _checked(arr, fn, what)
-    _get().stores[arr.dtype](address, arr.dtype.type(value).item())
 
 
 def fence() -> None:

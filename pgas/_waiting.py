@@ -6,7 +6,7 @@ import time
 
 from . import _job
 from ._constants import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NAMES, CMP_NE
-from ._errors import PgasTimeoutError, PgasValueError
+from ._device_errors import device_error, timeout_error, value_waited_for
 
 __all__ = ["compare", "check_cmp", "cmp_name", "Wait", "wait_for_value"]
 
@@ -30,7 +30,7 @@ def compare(value, cmp, target) -> bool:
 
 def check_cmp(fn: str, cmp) -> None:
     if cmp not in CMP_NAMES:
-        raise PgasValueError(f"{fn}: cmp must be one of pgas.CMP_EQ/NE/GT/GE/LT/LE, got {cmp!r}")
+        raise device_error("CMP", fn, a=repr(cmp))
 
 
 def cmp_name(cmp) -> str:
@@ -63,8 +63,7 @@ class Wait:
             os.sched_yield()
             return
         if now > self.deadline:
-            what = waiting_for() if callable(waiting_for) else waiting_for
-            raise PgasTimeoutError(f"{self.fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {what}")
+            raise timeout_error(self.fn, self.timeout, waiting_for() if callable(waiting_for) else waiting_for)
         if now >= self.heartbeat.due:
             self.heartbeat.beat(now)
         time.sleep(self._sleep)  # let whoever we wait for run (a simulated thread, or a peer on this core)
@@ -84,4 +83,4 @@ def wait_for_value(fn: str, load, what: str, cmp, value, timeout: float):
         seen = load()
         if compare(seen, cmp, value):
             return seen
-        clock.pause(lambda: f"{what} {cmp_name(cmp)} {value} (last value seen: {seen})")
+        clock.pause(lambda: value_waited_for(what, cmp, value, seen))

@@ -46,6 +46,35 @@ def gpu_run() -> bool:
     return os.environ.get("PGAS_BACKEND", "auto") in ("cuda", "auto") and gpu_usable_here()
 
 
+_compiler_probe: list = []
+
+
+def backend_in_use() -> str:
+    """The backend (``"cuda"`` or ``"simulator"``) of the programs the tests start, as pgas
+    picks it (pgas/_backend.py): PGAS_BACKEND where it names one; under auto (the default)
+    cuda where a GPU is usable and NVVM is installed, else the simulator. Asked in child
+    processes, once, so that this one does not choose a backend."""
+    requested = os.environ.get("PGAS_BACKEND", "auto").strip().lower()
+    if requested in ("cuda", "simulator"):
+        return requested
+    if not gpu_usable_here():
+        return "simulator"
+    if not _compiler_probe:
+        probe = "import sys; from pgas._backend import gpu_compiler_found; sys.exit(0 if gpu_compiler_found() else 1)"
+        env = {**pe_env(), "PGAS_BACKEND": "simulator"}
+        _compiler_probe.append(subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT).returncode == 0)
+    return "cuda" if _compiler_probe[0] else "simulator"
+
+
+def skip_without_remote_transport() -> None:
+    """Skip the calling test on the cuda backend: it needs a transport between PEs on
+    different (emulated) nodes, and only the simulator has one so far (the emulated NIC);
+    on cuda such PEs are unreachable (docs/transports.md, "The cuda backend")."""
+    if backend_in_use() == "cuda":
+        pytest.skip("needs a transport between PEs on different (emulated) nodes: the cuda backend has "
+                    "none yet (they are unreachable there, docs/transports.md); runs on the simulator backend")
+
+
 def pytest_collection_modifyitems(config, items):
     gpu_tests = [item for item in items if "gpu" in item.keywords]
     if gpu_tests and not gpu_run():

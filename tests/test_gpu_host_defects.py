@@ -23,7 +23,7 @@ from pgas.host import _gpu_heap, _gpu_ops, _gpu_state, _memory, _runtime
 
 SUCCESS = driver.CUresult.CUDA_SUCCESS
 STATE_ADDRESS = 0x7E00_0000_0000
-STATE_WORDS = {"my_pe": 0, "n_pes": 1, "heap_base": 2, "heap_size": 3, "timeout_ns": 4, "peer_bases": 5}
+STATE_WORDS = {"my_pe": 0, "n_pes": 1, "heap_base": 2, "heap_size": 3, "timeout_ns": 4, "mailbox": 5, "peer_bases": 8}
 INTERNAL = 0x5151          # the handle the fake cuStreamCreate gives
 HEAP_BASE = 0x1000_0000
 HEAP_SIZE = 4 << 20
@@ -31,6 +31,9 @@ HEAP_SIZE = 4 << 20
 
 def _bus_id(device: int) -> bytes:
     return f"0000:{device + 1:02x}:00.0".encode().ljust(64, b"\0")
+
+
+_HOST_BUFFERS: dict = {}   # pinned host memory, as the fake cuMemHostAlloc hands it out (kept alive)
 
 
 class FakeDriver:
@@ -52,11 +55,13 @@ class FakeDriver:
         "cuDeviceCanAccessPeer": 1,
         "cuDeviceGetP2PAttribute": 1,
         "cuGetErrorString": b"fake error",
+        "cuMemHostAlloc": lambda size, flags: ctypes.addressof(_HOST_BUFFERS.setdefault(size, ctypes.create_string_buffer(size))),
+        "cuMemHostGetDevicePointer": lambda host, flags: host,
     }
     CALLS = ["cuMemAddressFree", "cuStreamDestroy", "cuStreamSynchronize", "cuMemFree", "cuMemsetD8",
              "cuMemsetD8Async", "cuIpcCloseMemHandle", "cuMemMap", "cuMemSetAccess", "cuMemcpyHtoD",
              "cuMemcpyHtoDAsync", "cuMemUnmap", "cuMemRelease", "cuMemFreeAsync", "cuMemcpyAsync",
-             "cuMemcpyDtoHAsync", "cuPointerSetAttribute"]
+             "cuMemcpyDtoHAsync", "cuPointerSetAttribute", "cuMemFreeHost"]
 
     def __init__(self, monkeypatch, **answers):
         self.calls: list[tuple[str, tuple]] = []
@@ -240,3 +245,22 @@ def test_a_strided_signal_is_refused_by_name(fake_runtime, call):
     with pytest.raises(pgas.PgasValueError, match=r"pgas\.(signal_wait_until|put_signal): signal must be "
                                                   r"C-contiguous"):
         call(np.zeros(4, np.uint64)[::2])
+
+
+def test_the_device_finds_the_mailbox_and_the_host_reads_what_a_check_wrote_there(fake):
+    from pgas._device_errors import KIND, TEXT_WORD
+    heap = _gpu_heap.GpuSymmetricHeap(_boot(), HEAP_SIZE, 1.0)
+    mailbox = heap.state.mailbox
+    assert heap.state.words[STATE_WORDS["mailbox"]] == mailbox.device_address != 0
+    assert heap.device_error() is None
+    fn = b"pgas.device.put"
+    mailbox.words[1:9] = [KIND["PE_RANGE"], 5, 2, 0, 0, 0, 0, len(fn) | 2 << 16]
+    mailbox.words[TEXT_WORD:].view(np.uint8)[:len(fn)] = np.frombuffer(fn, np.uint8)
+    mailbox.words[TEXT_WORD:].view(np.uint8)[64:66] = np.frombuffer(b"pe", np.uint8)
+    assert heap.device_error() is None                     # not complete until the state word says so
+    mailbox.words[0] = 2
+    error = heap.device_error()
+    assert isinstance(error, pgas.PgasValueError)
+    assert str(error) == "tid=[0, 0, 0] ctaid=[0, 0, 0]: pgas.device.put: pe must be within [0, 2), got 5 [on PE 0]"
+    heap.close()
+    assert fake.names().count("cuMemFreeHost") == 1

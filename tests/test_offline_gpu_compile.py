@@ -1,6 +1,8 @@
-"""The cuda backend, proven without a GPU: everything compiles and links for sm_90."""
+"""The cuda backend, proven without a GPU: everything compiles and links for sm_90, and the
+PTX of small kernels shows the memory model, the 16-byte copies and the device checks."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -67,3 +69,78 @@ def test_init_says_why_it_cannot_run(report):
         assert report["init"] == "initialized"
     else:
         assert report["init"].startswith("pgas.init: PGAS_BACKEND=cuda, but no GPU is usable here")
+
+
+# The memory model and the device checks, read from the PTX of small kernels ------------
+
+def entry(ptx: str) -> str:
+    """The kernel's own body (without the error-record writer, a function of its own)."""
+    start = ptx.index(".entry")
+    depth, i = 0, ptx.index("{", start)
+    for j in range(i, len(ptx)):
+        depth += {"{": 1, "}": -1}.get(ptx[j], 0)
+        if depth == 0:
+            return ptx[start:j + 1]
+    raise AssertionError("unterminated kernel body")
+
+
+def as_ptx_bytes(text: str) -> str:
+    """How a string constant appears in PTX: its bytes as a .b8 initializer list."""
+    return ", ".join(str(b) for b in text.encode())
+
+
+def test_atomics_are_sequentially_consistent(report):
+    body = entry(report["ptx"]["atomics"])
+    atoms = re.findall(r"atom\.[\w.]+", body)
+    assert atoms and all(a.startswith("atom.acquire.sys.") for a in atoms), atoms
+    assert re.search(r"fence\.sc\.sys;\s*atom\.acquire\.sys\.add\.u64", body)    # atomic_fetch_add
+    assert re.search(r"fence\.sc\.sys;\s*atom\.acquire\.sys\.cas\.b64", body)    # atomic_compare_swap
+    assert re.search(r"fence\.sc\.sys;\s*ld\.acquire\.sys\.b64", body)           # atomic_fetch
+
+
+def test_g_and_p_are_strong_and_a_spin_on_g_rereads_memory(report):
+    body = entry(report["ptx"]["p_then_g"])
+    assert "st.relaxed.sys.b64" in body and "ld.relaxed.sys.b64" in body
+    spin = entry(report["ptx"]["spin_on_g"])
+    # the load sits in the loop: a relaxed load, then the compare, then a branch back
+    assert re.search(r"ld\.relaxed\.sys\.b64 (%rd\d+), \[%rd\d+\];\s*// end inline asm\s*setp\.\w+\.s64 \s*%p\d+, \1, 0;"
+                     r"\s*@%p\d+ bra", spin), spin[-1500:]
+    assert "ld.global.nc" not in spin
+
+
+def test_a_uint64_signal_is_compared_as_an_integer(report):
+    body = entry(report["ptx"]["wait_on_uint64_signal"])
+    assert "ld.acquire.sys.b64" in body
+    assert "f64" not in body      # no cvt.rn.f64 / setp.*.f64: numba would unify uint64 and int64 as float64
+
+
+def test_no_wait_polls_with_non_coherent_loads(report):
+    for label in ("spin_on_g", "wait_on_uint64_signal", "barrier"):
+        assert "ld.global.nc" not in report["ptx"][label], label
+
+
+def test_barrier_epoch_and_arrivals_are_atomic(report):
+    body = entry(report["ptx"]["barrier"])
+    assert len(re.findall(r"atom\.acquire\.sys\.add\.u64", body)) >= 2   # this PE's epoch, each arrival
+    assert "st.release" not in body and "st.relaxed" not in body          # no flag is stored over
+
+
+def test_block_and_warp_copies_move_16_bytes_at_a_time(report):
+    for label in ("put_block", "put_warp"):
+        body = entry(report["ptx"][label])
+        assert re.search(r"ld(\.global)?\.v2\.u64", body) and re.search(r"st(\.global)?\.v2\.u64", body), label
+
+
+def test_warp_sync_uses_the_mask_of_the_threads_that_exist(report):
+    body = entry(report["ptx"]["put_warp"])
+    masks = re.findall(r"bar\.warp\.sync\s+([^;]+);", body)
+    assert masks and all(m.strip().startswith("%r") for m in masks), masks   # computed, not the constant -1
+
+
+def test_device_checks_record_an_error_and_trap(report):
+    ptx = report["ptx"]["put_block"]
+    assert "call.uni" in entry(ptx) and "pgas_record_error" in entry(ptx)
+    assert "trap;" in ptx and "trap;" not in entry(ptx)     # one writer, called from every failure site
+    assert as_ptx_bytes("pgas.device.put_block") in ptx     # the function's name, copied into the record
+    for label in ("spin_on_g", "barrier"):                   # range/reachability and team checks, timeouts
+        assert "pgas_record_error" in entry(report["ptx"][label]), label

@@ -28,8 +28,8 @@ PRIMITIVES = (
     "my_pe", "n_pes", "team_rank", "team_size", "team_pe", "team_index_of",
     "local", "plain", "barrier_words", "copy_strided", "reduce_from_peers",
     "transfer", "remote_store", "remote_load", "remote_rmw", "remote_compare_swap", "remote_atomic_load",
-    "load_acquire", "store_release", "fence", "quiet", "atomic_rmw", "atomic_compare_swap",
+    "load_acquire", "fence", "quiet", "atomic_rmw", "atomic_compare_swap",
     "group_rank_and_size", "group_sync", "wait_for_value", "wait_for_arrivals",
     "check_not_empty", "check_copy", "check_cmp", "check_signal", "check_sig_op", "check_size",
-    "check_root", "check_dtypes_match", "check_reduction",
+    "check_root", "check_dtypes_match", "check_reduction", "check_team",
 )

@@ -20,7 +20,9 @@ __all__ = ["broadcast", "fcollect", "alltoall", "broadcast_block", "fcollect_blo
 
 
 @_p.jit_array
-def _arrays(fn, dest, src):
+def _arrays(fn, team, dest, src):
+    """The local arrays of a collective's arguments, checked (and its team)."""
+    _p.check_team(fn, team)
     d = _p.local(dest, fn, "dest")
     s = _p.local(src, fn, "src")
     _p.check_dtypes_match(fn, d, s)
@@ -29,7 +31,7 @@ def _arrays(fn, dest, src):
 
 @_p.jit
 def _broadcast(fn, scope, team, dest, src, root):
-    d, s = _arrays(fn, dest, src)
+    d, s = _arrays(fn, team, dest, src)
     _p.check_size(fn, "dest", d.size, s.size, "dest and src must have the same size")
     _p.check_root(fn, root, _p.team_size(team, fn))
     rank, size = _p.group_rank_and_size(scope, fn)
@@ -43,7 +45,7 @@ def _broadcast(fn, scope, team, dest, src, root):
 
 @_p.jit
 def _fcollect(fn, scope, team, dest, src):
-    d, s = _arrays(fn, dest, src)
+    d, s = _arrays(fn, team, dest, src)
     m = s.size
     n = _p.team_size(team, fn)
     _p.check_size(fn, "dest", d.size, n * m, "dest must hold team size x src.size elements")
@@ -56,7 +58,7 @@ def _fcollect(fn, scope, team, dest, src):
 
 @_p.jit
 def _alltoall(fn, scope, team, dest, src):
-    d, s = _arrays(fn, dest, src)
+    d, s = _arrays(fn, team, dest, src)
     n = _p.team_size(team, fn)
     _p.check_size(fn, "dest", d.size, s.size, "dest and src must have the same size")
     m = s.size // n
@@ -73,7 +75,7 @@ def _alltoall(fn, scope, team, dest, src):
 @_p.jit
 def _reducescatter(fn, scope, team, dest, src, op):
     """Member i reduces block i of every member's ``src`` into its ``dest``."""
-    d, s = _arrays(fn, dest, src)
+    d, s = _arrays(fn, team, dest, src)
     _p.check_reduction(fn, op, d)
     m = d.size
     _p.check_size(fn, "src", s.size, _p.team_size(team, fn) * m, "src must hold team size x dest.size elements")
@@ -90,7 +92,7 @@ def _reduce(fn, scope, team, dest, src, op):
     sync every member copies the other finished blocks from their owners' ``dest``. Each
     member writes only its own block before the middle sync, and only others' blocks
     after it, so ``dest`` may be ``src``."""
-    d, s = _arrays(fn, dest, src)
+    d, s = _arrays(fn, team, dest, src)
     _p.check_reduction(fn, op, d)
     _p.check_size(fn, "dest", d.size, s.size, "dest and src must have the same size")
     n = _p.team_size(team, fn)

@@ -4,40 +4,56 @@ Device state is found without a context argument: the host maps a small state bl
 the fixed virtual address ``STATE_ADDRESS`` in every PE's process (the same address
 across a finalize/init cycle), so kernels compiled before or after ``init`` read it
 there. Its words: this PE, the PE count, this PE's heap base and size, the wait
-timeout in nanoseconds, then every PE's mapped heap base (0 where there is no
-load/store path), then the team table (per slot: size, this PE's rank, then the world
-PE of every rank). The barrier words of team slot t are the t-th row of ``n_pes + 1``
-int64 at the start of the heap, as on the simulator.
+timeout in nanoseconds, the address of the PE's error mailbox, then every PE's mapped
+heap base (0 where there is no load/store path), then the team table (per slot: size,
+this PE's rank, then the world PE of every rank; size 0 where the slot is free). The
+barrier words of team slot t are the t-th row of ``n_pes + 1`` int64 at the start of the
+heap, as on the simulator.
 
-Ordering uses the PTX memory model at system scope, so peers on other GPUs and the CPU
-see it: polling is ``ld.acquire.sys`` (a plain spin compiles to ``ld.global.nc`` and
-never sees a peer's store), flags are ``st.release.sys``, atomics are ``atom.*.sys``,
-``fence``/``quiet`` are ``fence.sc.sys``. Argument checks are the host's and the
-simulator's job: on the GPU the check functions compile to nothing, and a wait that
-passes PGAS_TIMEOUT stops the kernel with ``trap``.
+Ordering follows the PTX memory model at system scope (``_cuda_ptx.py``): ``g``/``p`` are
+strong relaxed accesses, waits poll with ``ld.acquire.sys``, atomics are sequentially
+consistent (``fence.sc.sys`` + ``atom.acquire.sys``), ``fence``/``quiet`` are
+``fence.sc.sys``.
+
+Checks: what a kernel's types decide (equal dtypes, a signal's dtype, a reduction's op on
+its dtype) is refused when the kernel compiles. What only the values decide (a PE out of
+range or unreachable, a team that does not exist, sizes, a root, cmp, sig_op) and a wait
+that passes PGAS_TIMEOUT write an error record into the PE's mailbox and ``trap``; the
+host raises it with the simulator's text (``pgas/_device_errors.py``).
 """
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import cuda, types
+from numba.core.errors import TypingError
 from numba.cuda.extending import intrinsic
 
+from .._constants import CMP_NAMES, MAX_TEAMS, SIGNAL_ADD, SIGNAL_SET
+from .._device_errors import BARRIER_TIMEOUT, KIND, TIMEOUT
 from .._env import setting
+from .._errors import PgasError
+from .._reductions import reduction_ufunc
 from .._waiting import compare
-from ._codes import BLOCK, PRIMITIVES, RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, THREAD, reduce_code
+from . import _cuda_ptx as ptx
+from ._codes import BLOCK, PRIMITIVES, REDUCE_OPS, RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, THREAD, reduce_code
 
 __all__ = [*PRIMITIVES, "STATE_ADDRESS", "STATE_WORDS"]
 
 WARP_SIZE = 32
 STATE_ADDRESS = setting("PGAS_STATE_ADDRESS")   # mapped there by the host runtime in every PE
 # state word indices
-_MY_PE, _N_PES, _HEAP_BASE, _HEAP_SIZE, _TIMEOUT_NS = range(5)
+_MY_PE, _N_PES, _HEAP_BASE, _HEAP_SIZE, _TIMEOUT_NS, _MAILBOX = range(6)
 _PEER_BASES = 8
 STATE_WORDS = {"my_pe": _MY_PE, "n_pes": _N_PES, "heap_base": _HEAP_BASE, "heap_size": _HEAP_SIZE,
-               "timeout_ns": _TIMEOUT_NS, "peer_bases": _PEER_BASES}
-# reduction codes that _combine and _bitwise branch on
-_SUM, _PROD, _MIN, _MAX, _AND, _OR = (reduce_code(op) for op in ("sum", "prod", "min", "max", "and", "or"))
+               "timeout_ns": _TIMEOUT_NS, "mailbox": _MAILBOX, "peer_bases": _PEER_BASES}
+_CMP_LOWEST, _CMP_HIGHEST = min(CMP_NAMES), max(CMP_NAMES)
+# reduction codes that _combine branches on
+_SUM, _PROD, _MIN, _MAX = (reduce_code(op) for op in ("sum", "prod", "min", "max"))
+# error kinds a device check records (texts in pgas/_device_errors.py)
+_NOT_EMPTY, _NEGATIVE, _NEGATIVE_STRIDE, _STRIDE_ZERO, _COPY_FITS, _SIZE, _ROOT, _PE_RANGE, _UNREACHABLE, _TEAM, \
+    _CMP, _SIG_OP, _SIGNAL = (KIND[k] for k in ("NOT_EMPTY", "NEGATIVE", "NEGATIVE_STRIDE", "STRIDE_ZERO",
+                                                "COPY_FITS", "SIZE", "ROOT", "PE_RANGE", "UNREACHABLE", "TEAM",
+                                                "CMP", "SIG_OP", "SIGNAL"))
 
 
 def jit(function):
@@ -55,202 +71,35 @@ def jit_array(function):
 
 
 device_function = jit
+name = ptx.name
 
-
-# Intrinsics -------------------------------------------------------------------------
 
 @intrinsic
 def _state_word(typingctx, index):
     """int64 word ``index`` of the state block at STATE_ADDRESS."""
     def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        address = builder.add(ir.Constant(i64, STATE_ADDRESS), builder.mul(args[0], ir.Constant(i64, 8)))
+        i64 = context.get_value_type(types.int64)
+        address = builder.add(i64(STATE_ADDRESS), builder.mul(args[0], i64(8)))
         return builder.load(builder.inttoptr(address, i64.as_pointer()))
     return types.int64(types.int64), codegen
 
 
 @intrinsic
-def name(typingctx, text):
-    """A device function's name as a plain string rather than a literal one: the helpers it
-    is passed to are then compiled once for every public function, not once per name
-    (its characters stay a constant in the PTX, which the error mailbox copies)."""
-    if not isinstance(text, (types.StringLiteral, types.UnicodeType)):
-        return None
-
+def _fail(typingctx, kind, fn, what, why, a, b, c):
+    """Record a failed check in this PE's mailbox and stop the kernel (``trap``); the host
+    raises it. ``what``/``why``: strings, or an array (its dtype's name); a, b, c: numbers."""
     def codegen(context, builder, sig, args):
-        return context.cast(builder, args[0], sig.args[0], types.unicode_type)
-    return types.unicode_type(text), codegen
+        i64 = context.get_value_type(types.int64)
 
-
-@intrinsic
-def _address_of(typingctx, arr):
-    """The address of ``arr``'s first element."""
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[0])(context, builder, value=args[0]).data
-        return builder.ptrtoint(data, ir.IntType(64))
-    return types.uint64(arr), codegen
-
-
-@intrinsic
-def _pointer_like(typingctx, address, arr):
-    """``address`` as a pointer to ``arr``'s element type."""
-    def codegen(context, builder, sig, args):
-        return builder.inttoptr(args[0], context.get_value_type(sig.return_type))
-    return types.CPointer(arr.dtype)(types.uint64, arr), codegen
-
-
-def _view(context, builder, array_type, address, count):
-    """A 1-D C-contiguous array struct of ``count`` elements at integer ``address``."""
-    out = context.make_array(array_type)(context, builder)
-    itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(array_type.dtype)))
-    data = builder.inttoptr(address, out.data.type)
-    context.populate_array(out, data=data, shape=[count], strides=[itemsize], itemsize=itemsize, meminfo=None)
-    return out._getvalue()
-
-
-@intrinsic
-def _flat_view(typingctx, address, arr):
-    """``arr``'s elements as a 1-D C array at ``address`` (built in place: no IR to inline)."""
-    result = types.Array(arr.dtype, 1, "C")
-
-    def codegen(context, builder, sig, args):
-        count = context.make_array(sig.args[1])(context, builder, value=args[1]).nitems
-        return _view(context, builder, result, args[0], count)
-    return result(types.uint64, arr), codegen
-
-
-@intrinsic
-def _int64_view(typingctx, address, count):
-    result = types.Array(types.int64, 1, "C")
-
-    def codegen(context, builder, sig, args):
-        return _view(context, builder, result, args[0], context.cast(builder, args[1], sig.args[1], types.intp))
-    return result(types.uint64, count), codegen
-
-
-@intrinsic
-def _bitwise(typingctx, op, a, b):
-    """a and/or/xor b for the and/or/xor reduction codes on integers; floats never get here
-    (the host and the simulator refuse bitwise reductions of floats) and return a."""
-    def codegen(context, builder, sig, args):
-        op_value, x, y = args
-        y = context.cast(builder, y, sig.args[2], sig.args[1])
-        if not isinstance(sig.args[1], types.Integer):
-            return x
-        result = builder.xor(x, y)
-        result = builder.select(builder.icmp_signed("==", op_value, ir.Constant(op_value.type, _OR)),
-                                builder.or_(x, y), result)
-        return builder.select(builder.icmp_signed("==", op_value, ir.Constant(op_value.type, _AND)),
-                              builder.and_(x, y), result)
-    return a(op, a, b), codegen
-
-
-_PTX_TYPES = {types.int32: ("b32", "r"), types.uint32: ("b32", "r"), types.int64: ("b64", "l"),
-              types.uint64: ("b64", "l"), types.float32: ("f32", "f"), types.float64: ("f64", "d")}
-
-
-def _asm(builder, text, constraints, ret, args):
-    fnty = ir.FunctionType(ret, [a.type for a in args])
-    return builder.call(ir.InlineAsm(fnty, text, constraints, side_effect=True), args)
-
-
-@intrinsic
-def _ld_acquire(typingctx, ptr):
-    kind, reg = _PTX_TYPES[ptr.dtype]
-
-    def codegen(context, builder, sig, args):
-        ret = context.get_value_type(sig.return_type)
-        return _asm(builder, f"ld.acquire.sys.global.{kind} $0, [$1];", f"={reg},l,~{{memory}}", ret, args)
-    return ptr.dtype(ptr), codegen
-
-
-@intrinsic
-def _st_release(typingctx, ptr, value):
-    kind, reg = _PTX_TYPES[ptr.dtype]
-
-    def codegen(context, builder, sig, args):
-        value = context.cast(builder, args[1], sig.args[1], ptr.dtype)
-        return _asm(builder, f"st.release.sys.global.{kind} [$0], $1;", f"l,{reg},~{{memory}}",
-                    ir.VoidType(), [args[0], value])
-    return types.void(ptr, value), codegen
-
-
-_ATOM_OPS = {RMW_XCHG: "exch", RMW_ADD: "add", RMW_AND: "and", RMW_OR: "or", RMW_XOR: "xor"}
-
-
-def _atom_ptx(op: int, dtype) -> str:
-    name = _ATOM_OPS[op]
-    if name == "add":
-        kind = {types.int32: "s32", types.uint32: "u32", types.int64: "u64", types.uint64: "u64",
-                types.float32: "f32", types.float64: "f64"}[dtype]
-    else:
-        kind = _PTX_TYPES[dtype][0].replace("f", "b")
-    return f"atom.sys.global.{name}.{kind} $0, [$1], $2;"
-
-
-@intrinsic
-def _atom(typingctx, op, ptr, value):
-    """Atomic ``op`` (an RMW_* literal) at ``ptr`` with ``value``; the old value."""
-    if not isinstance(op, types.IntegerLiteral):
-        return None
-    text = _atom_ptx(op.literal_value, ptr.dtype)
-    reg = _PTX_TYPES[ptr.dtype][1]
-    as_bits = op.literal_value != RMW_ADD and reg in "fd"   # exchange and bitwise ops move bits
-    if as_bits:
-        reg = "r" if reg == "f" else "l"
-
-    def codegen(context, builder, sig, args):
-        ret = context.get_value_type(ptr.dtype)
-        value = context.cast(builder, args[2], sig.args[2], ptr.dtype)
-        if as_bits:
-            bits = ir.IntType(32 if reg == "r" else 64)
-            old = _asm(builder, text, f"={reg},l,{reg},~{{memory}}", bits, [args[1], builder.bitcast(value, bits)])
-            return builder.bitcast(old, ret)
-        return _asm(builder, text, f"={reg},l,{reg},~{{memory}}", ret, [args[1], value])
-    return ptr.dtype(op, ptr, value), codegen
-
-
-@intrinsic
-def _atom_cas(typingctx, ptr, cond, value):
-    kind, reg = _PTX_TYPES[ptr.dtype]
-    kind = kind.replace("f", "b")
-    reg = {"f": "r", "d": "l"}.get(reg, reg)
-
-    def codegen(context, builder, sig, args):
-        ret = context.get_value_type(ptr.dtype)
-        cond = context.cast(builder, args[1], sig.args[1], ptr.dtype)
-        value = context.cast(builder, args[2], sig.args[2], ptr.dtype)
-        text = f"atom.sys.global.cas.{kind} $0, [$1], $2, $3;"
-        if ret in (ir.FloatType(), ir.DoubleType()):
-            bits = ir.IntType(32 if reg == "r" else 64)
-            old = _asm(builder, text, f"={reg},l,{reg},{reg},~{{memory}}", bits,
-                       [args[0], builder.bitcast(cond, bits), builder.bitcast(value, bits)])
-            return builder.bitcast(old, ret)
-        return _asm(builder, text, f"={reg},l,{reg},{reg},~{{memory}}", ret, [args[0], cond, value])
-    return ptr.dtype(ptr, cond, value), codegen
-
-
-@intrinsic
-def _fence_sc_sys(typingctx):
-    def codegen(context, builder, sig, args):
-        _asm(builder, "fence.sc.sys;", "~{memory}", ir.VoidType(), [])
+        def state(index):
+            return builder.load(builder.inttoptr(i64(STATE_ADDRESS + 8 * index), i64.as_pointer()))
+        arguments = [state(_MAILBOX), state(_MY_PE), context.cast(builder, args[0], sig.args[0], types.int64)]
+        for typ, value in zip(sig.args[1:4], args[1:4]):
+            arguments += ptx.string_argument(context, builder, typ, value)
+        arguments += [ptx.word_argument(context, builder, typ, value) for typ, value in zip(sig.args[4:], args[4:])]
+        ptx.call_record_error(builder, context, arguments)
         return context.get_dummy_value()
-    return types.void(), codegen
-
-
-@intrinsic
-def _globaltimer(typingctx):
-    def codegen(context, builder, sig, args):
-        return _asm(builder, "mov.u64 $0, %globaltimer;", "=l", ir.IntType(64), [])
-    return types.int64(), codegen
-
-
-@intrinsic
-def _trap(typingctx):
-    def codegen(context, builder, sig, args):
-        _asm(builder, "trap;", "", ir.VoidType(), [])
-        return context.get_dummy_value()
-    return types.void(), codegen
+    return types.void(kind, fn, what, why, a, b, c), codegen
 
 
 # State and teams --------------------------------------------------------------------
@@ -270,6 +119,13 @@ def _team_row(team):
     """Index of team slot ``team``'s first word: size, my rank, then n_pes world PEs."""
     n = _state_word(_N_PES)
     return _PEER_BASES + n + team * (n + 2)
+
+
+@jit
+def check_team(fn, team):
+    """``team`` must be a live slot (checked once per call that takes a team)."""
+    if team < 0 or team >= MAX_TEAMS or _state_word(_team_row(team)) == 0:   # size 0: a free slot
+        _fail(_TEAM, fn, "team", "", team, _state_word(_MY_PE), 0)
 
 
 @jit
@@ -300,29 +156,48 @@ def team_index_of(team, pe, fn):
 
 @jit_array
 def local(arr, fn, what):
-    return _flat_view(_address_of(arr), arr)
+    return ptx.flat_view(ptx.address_of(arr), arr)
 
 
 plain = local
 
 
-@jit_array
-def peer(arr, pe, fn, what):
-    """PE ``pe``'s copy of symmetric ``arr``: the same heap offset in its mapped heap."""
-    offset = _address_of(arr) - np.uint64(_state_word(_HEAP_BASE))
+@jit
+def _peer_address(arr, pe, fn, what):
+    """The address of ``arr``'s first element in PE ``pe``'s mapped heap."""
+    if pe < 0 or pe >= _state_word(_N_PES):
+        _fail(_PE_RANGE, fn, "pe", "", pe, _state_word(_N_PES), 0)
     base = np.uint64(_state_word(_PEER_BASES + pe))
-    return _flat_view(base + offset, arr)
+    if base == 0:
+        _fail(_UNREACHABLE, fn, what, "", pe, 0, 0)
+    return base + (ptx.address_of(arr) - np.uint64(_state_word(_HEAP_BASE)))
 
 
 @jit_array
 def barrier_words(team, fn):
     n = _state_word(_N_PES)
-    address = np.uint64(_state_word(_HEAP_BASE) + team * (n + 1) * 8)
-    return _int64_view(address, n + 1)
+    return ptx.int64_view(np.uint64(_state_word(_HEAP_BASE) + team * (n + 1) * 8), n + 1)
 
 
 @jit
 def copy_strided(dst, dst_stride, src, src_stride, nelems, rank, size):
+    """Threads ``rank`` of ``size`` share the copy. Contiguous copies whose ends are equally
+    aligned move 16 bytes per load and store (the edges element by element)."""
+    itemsize = dst.itemsize
+    to, frm = np.int64(ptx.address_of(dst)), np.int64(ptx.address_of(src))   # signed: no float promotion
+    if dst_stride == 1 and src_stride == 1 and (to - frm) % 16 == 0 and 16 % itemsize == 0:
+        head = min(nelems, ((16 - to % 16) % 16) // itemsize)   # elements before a 16-byte boundary
+        chunks = (nelems - head) * itemsize // 16
+        tail = head + chunks * 16 // itemsize
+        for i in range(rank, head, size):
+            dst[i] = src[i]
+        to += head * itemsize
+        frm += head * itemsize
+        for i in range(rank, chunks, size):
+            ptx.copy16(np.uint64(to + 16 * i), np.uint64(frm + 16 * i))
+        for i in range(tail + rank, nelems, size):
+            dst[i] = src[i]
+        return
     for i in range(rank, nelems, size):
         dst[i * dst_stride] = src[i * src_stride]
 
@@ -337,7 +212,7 @@ def _combine(op, a, b):
         return a if a < b else b
     if op == _MAX:
         return a if a > b else b
-    return _bitwise(op, a, b)
+    return ptx.bitwise(op, a, b)
 
 
 @jit
@@ -345,14 +220,14 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
     """dst[dst_lo + i] = op over every member's src[src_lo + i]: this PE's own value first,
     then the others in team-rank order (so ``dst`` may be ``src``)."""
     me = team_rank(team, fn)
-    members = team_size(team, fn)
     mine = local(src, fn, "src")
     for i in range(rank, count, size):
-        acc = mine[src_lo + i]
-        for r in range(members):
-            if r != me:
-                acc = _combine(op, acc, peer(src, team_pe(team, r, fn), fn, "src")[src_lo + i])
-        dst[dst_lo + i] = acc
+        dst[dst_lo + i] = mine[src_lo + i]
+    for r in range(team_size(team, fn)):
+        if r != me:   # each member's copy found once, then its elements combined in
+            theirs = ptx.flat_view(_peer_address(src, team_pe(team, r, fn), fn, "src"), src)
+            for i in range(rank, count, size):
+                dst[dst_lo + i] = _combine(op, dst[dst_lo + i], theirs[src_lo + i])
 
 
 # Other PEs: load/store into their mapped heaps (no remote transport on the GPU yet) ----
@@ -360,54 +235,61 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
 @jit
 def transfer(fn, to_peer, pe, dst, dst_stride, src, src_stride, nelems, rank, size, nbi):
     if to_peer:
-        copy_strided(peer(dst, pe, fn, "dest"), dst_stride, src, src_stride, nelems, rank, size)
+        theirs = ptx.flat_view(_peer_address(dst, pe, fn, "dest"), dst)
+        copy_strided(theirs, dst_stride, src, src_stride, nelems, rank, size)
     else:
-        copy_strided(dst, dst_stride, peer(src, pe, fn, "src"), src_stride, nelems, rank, size)
+        theirs = ptx.flat_view(_peer_address(src, pe, fn, "src"), src)
+        copy_strided(dst, dst_stride, theirs, src_stride, nelems, rank, size)
 
 
 @jit
-def remote_store(fn, arr, pe, value, what, release):
-    if release:
-        store_release(peer(arr, pe, fn, what), value, fn, what)
-    else:
-        peer(arr, pe, fn, what)[0] = value
+def remote_store(fn, arr, pe, value, what):
+    ptx.st_relaxed(_peer_address(arr, pe, fn, what), arr, value)
 
 
 @jit
 def remote_load(fn, arr, pe, what):
-    return peer(arr, pe, fn, what)[0]
+    return ptx.ld_relaxed(_peer_address(arr, pe, fn, what), arr)
+
+
+@jit
+def _atomic_at(address, arr, op, value):
+    if op == RMW_XCHG:
+        return ptx.atomic(RMW_XCHG, address, arr, value)
+    if op == RMW_ADD:
+        return ptx.atomic(RMW_ADD, address, arr, value)
+    if op == RMW_AND:
+        return ptx.atomic(RMW_AND, address, arr, value)
+    if op == RMW_OR:
+        return ptx.atomic(RMW_OR, address, arr, value)
+    return ptx.atomic(RMW_XOR, address, arr, value)
 
 
 @jit
 def remote_rmw(fn, arr, pe, op, value, what, fetch):
-    return atomic_rmw(peer(arr, pe, fn, what), op, value, fn, what)
+    return _atomic_at(_peer_address(arr, pe, fn, what), arr, op, value)
 
 
 @jit
 def remote_compare_swap(fn, arr, pe, cond, value, what):
-    return atomic_compare_swap(peer(arr, pe, fn, what), cond, value, fn, what)
+    return ptx.atomic_cas(_peer_address(arr, pe, fn, what), arr, cond, value)
 
 
 @jit
 def remote_atomic_load(fn, arr, pe, what):
-    return load_acquire(peer(arr, pe, fn, what), fn, what)
+    return ptx.ld_seq_cst(_peer_address(arr, pe, fn, what), arr)
 
 
-# Memory ordering and atomics --------------------------------------------------------
+# Memory ordering and atomics on this PE's memory ------------------------------------
 
 @jit
 def load_acquire(arr, fn, what):
-    return _ld_acquire(_pointer_like(_address_of(arr), arr))
-
-
-@jit
-def store_release(arr, value, fn, what):
-    _st_release(_pointer_like(_address_of(arr), arr), value)
+    return ptx.ld_acquire(ptx.address_of(arr), arr)
 
 
 @jit
 def fence(fn):
-    _fence_sc_sys()
+    ptx.fence_sc_sys()
 
 
 quiet = fence   # every store to a peer is issued at the call on the load/store path
@@ -415,21 +297,12 @@ quiet = fence   # every store to a peer is issued at the call on the load/store 
 
 @jit
 def atomic_rmw(arr, op, value, fn, what):
-    ptr = _pointer_like(_address_of(arr), arr)
-    if op == RMW_XCHG:
-        return _atom(RMW_XCHG, ptr, value)
-    if op == RMW_ADD:
-        return _atom(RMW_ADD, ptr, value)
-    if op == RMW_AND:
-        return _atom(RMW_AND, ptr, value)
-    if op == RMW_OR:
-        return _atom(RMW_OR, ptr, value)
-    return _atom(RMW_XOR, ptr, value)
+    return _atomic_at(ptx.address_of(arr), arr, op, value)
 
 
 @jit
 def atomic_compare_swap(arr, cond, value, fn, what):
-    return _atom_cas(_pointer_like(_address_of(arr), arr), cond, value)
+    return ptx.atomic_cas(ptx.address_of(arr), arr, cond, value)
 
 
 # Groups and waits -------------------------------------------------------------------
@@ -451,80 +324,146 @@ def group_sync(scope, fn):
     if scope == BLOCK:
         cuda.syncthreads()
     elif scope != THREAD:
-        cuda.syncwarp()
+        cuda.syncwarp(ptx.warp_mask(group_rank_and_size(scope, fn)[1]))   # a partial last warp
 
 
 _compare = jit(compare)
 
 
 @jit
-def _pause(started):
-    """Back off; stop the kernel once PGAS_TIMEOUT has passed since ``started``."""
+def _timed_out(started):
+    """Back off; True once PGAS_TIMEOUT has passed since ``started``."""
     cuda.nanosleep(200)
-    if _globaltimer() - started > _state_word(_TIMEOUT_NS):
-        _trap()
+    return ptx.globaltimer() - started > _state_word(_TIMEOUT_NS)
 
 
 @jit
 def wait_for_value(fn, word, what, cmp, value):
-    started = _globaltimer()
+    target = ptx.cast_like(word[0], value)   # compared in the word's own type
+    started = ptx.globaltimer()
     while True:
         seen = load_acquire(word, fn, what)
-        if _compare(seen, cmp, value):
+        if _compare(seen, cmp, target):
             return seen
-        _pause(started)
+        if _timed_out(started):
+            _fail(TIMEOUT, fn, what, word, cmp, target, seen)
 
 
 @jit
 def wait_for_arrivals(fn, team, words, epoch):
-    started = _globaltimer()
-    for rank in range(team_size(team, fn)):
+    started = ptx.globaltimer()
+    members = team_size(team, fn)
+    for rank in range(members):
         while load_acquire(words[rank:rank + 1], fn, "barrier flag") < epoch:
-            _pause(started)
+            if _timed_out(started):
+                missing, count = np.int64(0), 0
+                for r in range(members):
+                    if load_acquire(words[r:r + 1], fn, "barrier flag") < epoch:
+                        count += 1
+                        pe = team_pe(team, r, fn)
+                        if pe < 64:
+                            missing |= np.int64(1) << pe
+                _fail(BARRIER_TIMEOUT, fn, "", "", team, missing, count)
 
 
-# Checks: done by the host and the simulator; nothing on the GPU ---------------------
+# Checks: values are checked here (a failure is recorded, then the kernel traps); types
+# when the kernel compiles ----------------------------------------------------------------
 
 @jit
 def check_not_empty(fn, what, arr):
-    pass
+    if arr.size == 0:
+        _fail(_NOT_EMPTY, fn, what, "", 0, 0, 0)
+
+
+@jit
+def _check_fits(fn, name, arr, stride, nelems):
+    if stride < 0:
+        _fail(_NEGATIVE_STRIDE, fn, name, "", stride, 0, 0)
+    if stride == 0:
+        _fail(_STRIDE_ZERO, fn, name, "", 0, 0, 0)
+    if nelems > 0 and (nelems - 1) * stride + 1 > arr.size:
+        _fail(_COPY_FITS, fn, name, "", arr.size, nelems, stride)
 
 
 @jit
 def check_copy(fn, dst, dst_name, dst_stride, src, src_name, src_stride, nelems):
-    pass
+    _same_dtype(dst_name, dst, src_name, src)
+    if nelems < 0:
+        _fail(_NEGATIVE, fn, "nelems", "", nelems, 0, 0)
+    _check_fits(fn, dst_name, dst, dst_stride, nelems)
+    _check_fits(fn, src_name, src, src_stride, nelems)
 
 
 @jit
 def check_cmp(fn, cmp):
-    pass
+    if cmp < _CMP_LOWEST or cmp > _CMP_HIGHEST:
+        _fail(_CMP, fn, "", "", cmp, 0, 0)
 
 
 @jit
 def check_signal(fn, signal):
-    pass
+    _signal_dtype(signal)
+    if signal.size == 0:
+        _fail(_SIGNAL, fn, "signal", signal, 0, 0, 0)
 
 
 @jit
 def check_sig_op(fn, sig_op):
-    pass
+    if sig_op != SIGNAL_SET and sig_op != SIGNAL_ADD:
+        _fail(_SIG_OP, fn, "", "", sig_op, 0, 0)
 
 
 @jit
 def check_size(fn, what, have, need, why):
-    pass
+    if have != need:
+        _fail(_SIZE, fn, what, why, have, need, 0)
 
 
 @jit
 def check_root(fn, root, team_size):
-    pass
+    if root < 0 or root >= team_size:
+        _fail(_ROOT, fn, "", "", root, team_size, 0)
 
 
 @jit
 def check_dtypes_match(fn, dest, src):
-    pass
+    _same_dtype("dest", dest, "src", src)
 
 
 @jit
 def check_reduction(fn, op, arr):
-    pass
+    _reduction_dtype(op, arr)
+
+
+def _noop(context, builder, sig, args):
+    return context.get_dummy_value()
+
+
+def _literal(text) -> str:
+    return text.literal_value if isinstance(text, types.StringLiteral) else "the arrays"
+
+
+@intrinsic
+def _same_dtype(typingctx, name_a, a, name_b, b):
+    if a.dtype != b.dtype:
+        first, second = _literal(name_a), _literal(name_b)
+        raise TypingError(f"pgas.device: {first} and {second} must have the same dtype, got {first} {a.dtype} "
+                          f"and {second} {b.dtype}")
+    return types.void(name_a, a, name_b, b), _noop
+
+
+@intrinsic
+def _signal_dtype(typingctx, signal):
+    if str(signal.dtype) not in ("uint64", "int64"):
+        raise TypingError(f"pgas.device: signal must be a uint64 (or int64) symmetric array, got {signal.dtype}")
+    return types.void(signal), _noop
+
+
+@intrinsic
+def _reduction_dtype(typingctx, op, arr):
+    if isinstance(op, types.IntegerLiteral):
+        try:
+            reduction_ufunc("pgas.device", REDUCE_OPS[op.literal_value], np.dtype(str(arr.dtype)))
+        except PgasError as exc:
+            raise TypingError(str(exc)) from None
+    return types.void(op, arr), _noop

@@ -18,18 +18,24 @@ def n_pes():
 
 def team_my_pe(team):
     """team_my_pe(team) -> this PE's rank in ``team``."""
-    return _p.team_rank(team, "pgas.device.team_my_pe")
+    fn = _p.name("pgas.device.team_my_pe")
+    _p.check_team(fn, team)
+    return _p.team_rank(team, fn)
 
 
 def team_n_pes(team):
     """team_n_pes(team) -> the number of PEs in ``team``."""
-    return _p.team_size(team, "pgas.device.team_n_pes")
+    fn = _p.name("pgas.device.team_n_pes")
+    _p.check_team(fn, team)
+    return _p.team_size(team, fn)
 
 
 def team_translate_pe(src_team, pe, dest_team):
     """team_translate_pe(src_team, pe, dest_team) -> the rank in ``dest_team`` of the PE
     with rank ``pe`` in ``src_team``, or -1 if it is not a member of ``dest_team``."""
     fn = _p.name("pgas.device.team_translate_pe")
+    _p.check_team(fn, src_team)
+    _p.check_team(fn, dest_team)
     if pe < 0 or pe >= _p.team_size(src_team, fn):
         return -1
     return _p.team_index_of(dest_team, _p.team_pe(src_team, pe, fn), fn)

@@ -19,7 +19,7 @@ def p(dest, value, pe):
     fn = _p.name("pgas.device.p")
     mine = _p.local(dest, fn, "dest")
     _p.check_not_empty(fn, "dest", mine)
-    _p.remote_store(fn, mine, pe, value, "dest", False)
+    _p.remote_store(fn, mine, pe, value, "dest")
 
 
 def g(src, pe):

@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from .. import _cpu_atomics
+from .._device_errors import arrivals_waited_for, device_error
 from .._checks import (check_contiguous, check_dtypes_match, check_nonnegative, check_pe, check_root,
                        check_sig_op, check_signal)
 from .._errors import PgasError, PgasTimeoutError, PgasValueError
@@ -73,6 +74,10 @@ def n_pes(fn: str) -> int:
 
 def _team(team, fn: str):
     return team_of(runtime(fn), team, fn)
+
+
+def check_team(fn: str, team) -> None:
+    _team(team, fn)
 
 
 def team_rank(team, fn: str) -> int:
@@ -174,10 +179,10 @@ def transfer(fn: str, to_peer: bool, pe, dst: np.ndarray, dst_stride: int, src: 
         transports.copy(fn, pe, False, src, src_stride, dst, dst_stride, first, count, nbi)
 
 
-def remote_store(fn: str, arr: np.ndarray, pe, value, what: str, release: bool) -> None:
-    """PE ``pe``'s ``arr[0] = value`` (``release``: after this thread's earlier stores)."""
+def remote_store(fn: str, arr: np.ndarray, pe, value, what: str) -> None:
+    """PE ``pe``'s ``arr[0] = value``."""
     transports, pe = _transports_to(fn, pe)
-    transports.store(fn, pe, arr, value, what, release)
+    transports.store(fn, pe, arr, value, what)
 
 
 def remote_load(fn: str, arr: np.ndarray, pe, what: str):
@@ -212,10 +217,6 @@ def load_acquire(arr: np.ndarray, fn: str, what: str):
     return _cpu_atomics.load_acquire(arr, fn, what)
 
 
-def store_release(arr: np.ndarray, value, fn: str, what: str) -> None:
-    _cpu_atomics.store_release(arr, value, fn, what)
-
-
 def fence(fn: str) -> None:
     """A full memory fence of this thread (seq_cst; the system scope on a GPU)."""
     runtime(fn)
@@ -242,8 +243,8 @@ def wait_for_arrivals(fn: str, team, words: np.ndarray, epoch) -> None:
     clock = Wait(fn, runtime(fn).timeout)
     for rank in range(members.size):
         while load_acquire(words[rank:rank + 1], fn, "barrier flag") < epoch:
-            clock.pause(lambda: f"PEs {[members.pes[r] for r in range(members.size) if words[r] < epoch]} "
-                                f"to arrive (team {members.handle})")
+            clock.pause(lambda: arrivals_waited_for([members.pes[r] for r in range(members.size) if words[r] < epoch],
+                                                    members.handle))
 
 
 def device_function(function):
@@ -312,7 +313,7 @@ def group_sync(scope: int, fn: str) -> None:
 
 def check_not_empty(fn: str, what: str, arr: np.ndarray) -> None:
     if arr.size == 0:
-        raise PgasValueError(f"{fn}: {what} is empty; it needs at least one element")
+        raise device_error("NOT_EMPTY", fn, what)
 
 
 def check_copy(fn: str, dst: np.ndarray, dst_name: str, dst_stride, src: np.ndarray, src_name: str,
@@ -325,17 +326,15 @@ def check_copy(fn: str, dst: np.ndarray, dst_name: str, dst_stride, src: np.ndar
     for arr, name, stride in ((dst, dst_name, dst_stride), (src, src_name, src_stride)):
         check_contiguous(fn, name, arr)
         if check_nonnegative(fn, f"{name} stride", stride) == 0:
-            raise PgasValueError(f"{fn}: the {name} stride must be >= 1, got 0")
+            raise device_error("STRIDE_ZERO", fn, name)
         if nelems and (nelems - 1) * stride + 1 > arr.size:
-            raise PgasValueError(
-                f"{fn}: {name} has {arr.size} elements but {nelems} elements at stride {stride} "
-                f"need {(nelems - 1) * stride + 1}")
+            raise device_error("COPY_FITS", fn, name, a=arr.size, b=nelems, c=stride)
 
 
 
 def check_size(fn: str, what: str, have: int, need: int, why: str) -> None:
     if have != need:
-        raise PgasValueError(f"{fn}: {why}; {what} has {have} elements, {need} needed")
+        raise device_error("SIZE", fn, what, why, a=have, b=need)
 
 
 def check_reduction(fn: str, op: int, arr: np.ndarray) -> None:

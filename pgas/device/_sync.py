@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from .._constants import TEAM_WORLD
 from .._waiting import compare
-from ._codes import BLOCK, THREAD, WARP
+from ._codes import BLOCK, RMW_ADD, THREAD, WARP
 from ._primitives import prim as _p
 
 __all__ = ["fence", "quiet", "wait_until", "test"]
@@ -59,18 +59,21 @@ def wait_until(ivar, cmp, value):
 def _team_sync(fn, team, complete_first):
     """Epoch barrier over ``team``: raise my arrival flag on every member, wait for all flags.
 
-    Each team has a row of words on every PE: the flag of team rank q at [q], this PE's
-    epoch for the team last.
+    Each team has a row of words on every PE: at [q] the count of team rank q's arrivals,
+    this PE's epoch (its own count of syncs on the team) last.
     """
+    _p.check_team(fn, team)
     words = _p.barrier_words(team, fn)
     if complete_first:
         _p.quiet(fn)
     last = words.size - 1
-    epoch = words[last] + 1
-    words[last] = epoch
+    # Atomic, and arrivals are counted rather than stored: two callers on one PE (blocks of
+    # one kernel, a thread-scope call made by many threads, two streams) each take their own
+    # epoch and each count once, so no arrival is lost and the flags only grow.
+    epoch = _p.atomic_rmw(words[last:], RMW_ADD, 1, fn, "barrier epoch") + 1
     me = _p.team_rank(team, fn)
     for q in range(_p.team_size(team, fn)):
-        _p.remote_store(fn, words[me:me + 1], _p.team_pe(team, q, fn), epoch, "barrier flag", True)
+        _p.remote_rmw(fn, words[me:me + 1], _p.team_pe(team, q, fn), RMW_ADD, 1, "barrier flag", False)
     _p.wait_for_arrivals(fn, team, words, epoch)
 
 

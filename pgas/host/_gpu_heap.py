@@ -150,6 +150,10 @@ class GpuSymmetricHeap:
         return int(checked(driver.cuMemGetHandleForAddressRange(self.base, self.size, kind, 0),
                            "cuMemGetHandleForAddressRange"))
 
+    def device_error(self):
+        """The error a device check of this PE recorded in its mailbox (then trapped), or None."""
+        return self.state.device_error() if self.state is not None else None
+
     def close(self) -> None:
         """Wait for this PE's GPU work, unmap the peers' heaps, then (once every PE of the
         node has unmapped) free this PE's heap, the state block and the internal stream."""

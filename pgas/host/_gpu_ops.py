@@ -20,7 +20,6 @@ from numba import cuda
 
 from .. import device as dev
 from .._errors import PgasError
-from .._env import setting
 from ._gpu_driver import checked, device_array_at, numba_stream, stream_handle, stream_scratch, synchronize
 from ._heap import array_span
 from ._runtime import runtime
@@ -42,8 +41,11 @@ def _finish(handle: int, stream, fn: str) -> None:
     try:
         synchronize(handle)
     except PgasError as exc:
-        raise PgasError(f"{fn}: the GPU work failed ({exc}); a device wait that passes "
-                        f"PGAS_TIMEOUT={setting('PGAS_TIMEOUT'):g} s stops its kernel with a trap") from None
+        from ._runtime import device_error_behind
+        found = device_error_behind()
+        if found is not None:
+            raise found from exc
+        raise PgasError(f"{fn}: the GPU work failed ({exc})") from None
 
 
 def copy(dst, src, nelems: int, stream, fn: str) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from .._constants import MAX_TEAMS
 from .._errors import PgasError
 from ._gpu_driver import checked, synchronize
+from ._gpu_mailbox import Mailbox
 
 __all__ = ["DeviceState", "reserve_state_address"]
 
@@ -91,6 +92,9 @@ class DeviceState:
         self.words[words["heap_base"]] = heap_base
         self.words[words["heap_size"]] = heap_size
         self.words[words["timeout_ns"]] = int(timeout_s * 1e9)
+        self.timeout = timeout_s
+        self.mailbox = Mailbox()
+        self.words[words["mailbox"]] = self.mailbox.device_address
         for pe, base in enumerate(peer_bases):
             self.words[words["peer_bases"] + pe] = base or 0
 
@@ -133,10 +137,15 @@ class DeviceState:
                 "cuMemcpyHtoDAsync (device state)")
         synchronize(self._stream)
 
+    def device_error(self):
+        """The error a device check of this PE recorded before it trapped, or None."""
+        return self.mailbox.error(self.timeout)
+
     def close(self) -> None:
         """Unmap the block (idempotent); the address stays reserved for the next ``init``."""
         from cuda.bindings import driver
 
+        self.mailbox.close()
         if self.address is None:
             return
         if self._handle is not None:

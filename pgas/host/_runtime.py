@@ -119,9 +119,32 @@ def _end_job(how: str, code: int) -> None:
     MPI.COMM_WORLD.Abort(code)
 
 
+def device_error_behind() -> PgasError | None:
+    """On the cuda backend, the error a device check recorded before it stopped its kernel
+    (the host sees only a CUDA launch failure), or None."""
+    reader = getattr(_runtime.heap, "device_error", None) if _runtime is not None else None
+    return reader() if reader is not None else None
+
+
+def _explained(exc_type, exc, tb):
+    """An uncaught exception, or the device check behind it when a kernel trapped."""
+    found = None if isinstance(exc, PgasError) else device_error_behind()
+    if found is None:
+        return exc_type, exc, tb
+    found.__cause__ = exc
+    return type(found), found, None
+
+
+def _explain_device_errors(exc_type, exc, tb) -> None:
+    """sys.excepthook of a single cuda PE outside pgasrun: name the failed device check."""
+    sys.__excepthook__(*_explained(exc_type, exc, tb))
+
+
 def _report_and_abort(exc_type, exc, tb) -> None:
     """sys.excepthook under pgasrun and in multi-PE jobs: name the PE, then end the whole
-    job (no hang). A configuration error is one line, said once by pgasrun's summary."""
+    job (no hang). A configuration error is one line, said once by pgasrun's summary. A
+    kernel stopped by a failed device check is reported as that check's error."""
+    exc_type, exc, tb = _explained(exc_type, exc, tb)
     pe = _runtime.my_pe if _runtime is not None else os.environ.get("PMI_RANK", "?")
     if issubclass(exc_type, PgasConfigError):
         if not _job.under_pgasrun():
@@ -204,6 +227,8 @@ def init(comm=None) -> None:
     _runtime = rt
     if boot.n_pes > 1:
         sys.excepthook, sys.exit = _report_and_abort, _exit_ending_job
+    elif sys.excepthook is sys.__excepthook__ and backend_name() == "cuda":
+        sys.excepthook = _explain_device_errors
     _watch_departure()
     _job.mark_live()
     wait_all(boot.comm, "pgas.init")
@@ -224,7 +249,8 @@ def finalize() -> None:
     rt.boot.comm.Free()
     if sys.exit is _exit_ending_job:
         sys.exit = _plain_exit
-    if sys.excepthook is _report_and_abort and not _job.under_pgasrun():
+    if sys.excepthook is _explain_device_errors or (sys.excepthook is _report_and_abort and
+                                                    not _job.under_pgasrun()):
         sys.excepthook = sys.__excepthook__
     _job.mark_finalized()
     _runtime, _finalized_once = None, True

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
+from .._device_errors import device_error
 from .._errors import PgasValueError
 
 __all__ = ["Team", "predefined_teams", "team_of"]
@@ -51,6 +52,5 @@ def team_of(rt, team, fn: str, what: str = "team") -> Team:
     handle = int(team)
     found = rt.teams[handle] if 0 <= handle < MAX_TEAMS else None
     if found is None:
-        raise PgasValueError(f"{fn}: {what} {handle} is not a team of PE {rt.my_pe} "
-                             "(never created here, or destroyed)")
+        raise device_error("TEAM", fn, what, a=handle, b=rt.my_pe)
     return found

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 from .. import _cpu_atomics
+from .._device_errors import device_error
 from .._env import setting
 from .._errors import PgasError
 from . import _proxy as proxy
@@ -102,9 +103,7 @@ class Transports:
         """True when PE ``pe`` is reached through the NIC; PgasError if not at all."""
         kind = self.kinds[pe]
         if kind == "unreachable":
-            raise PgasError(f"{fn}: PE {pe} is on another node and the cuda backend has no remote "
-                            "transport yet (docs/transports.md); run on the simulator backend, or "
-                            "keep the PEs on one node")
+            raise device_error("UNREACHABLE", fn, a=pe)   # the device's check says the same
         return kind in REMOTE_TRANSPORTS
 
     def _raddr(self, pe: int, local: np.ndarray, fn: str, what: str) -> int:
@@ -182,15 +181,10 @@ class Transports:
 
     # Single words --------------------------------------------------------------------
 
-    def store(self, fn: str, pe: int, word: np.ndarray, value, what: str, release: bool) -> None:
-        """PE ``pe``'s ``word[0] = value`` (``release``: ordered after this thread's earlier
-        stores to it, for flags); on the NIC an inline write, complete at ``quiet``."""
+    def store(self, fn: str, pe: int, word: np.ndarray, value, what: str) -> None:
+        """PE ``pe``'s ``word[0] = value``; on the NIC an inline write, complete at ``quiet``."""
         if not self._remote(fn, pe):
-            theirs = self.heap.view_on(pe, word[:1], fn, what)
-            if release:
-                _cpu_atomics.store_release(theirs, value, fn, what)
-            else:
-                theirs[0] = value
+            self.heap.view_on(pe, word[:1], fn, what)[0] = value
             return
         item = word[:1]
         raddr = self._raddr(pe, item, fn, what)

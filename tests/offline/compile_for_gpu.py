@@ -74,6 +74,51 @@ def user_kernel(ivar, data, pe):
     dev.wait_until(ivar, dev.CMP_EQ, 1)
 
 
+def spin_on_g(flag, pe):
+    """A user's spin on a peer's flag: ``g`` must re-read memory every time."""
+    while dev.g(flag, pe) == 0:
+        pass
+
+
+def wait_on_uint64_signal(signal, out):
+    out[0] = dev.signal_wait_until(signal, dev.CMP_GE, 3)
+
+
+def p_then_g(flag, pe, out):
+    dev.p(flag, 7, pe)
+    out[0] = dev.g(flag, pe)
+
+
+def atomics(dest, out, pe):
+    out[0] = dev.atomic_fetch_add(dest, 1, pe)
+    out[1] = dev.atomic_compare_swap(dest, 1, 2, pe)
+    out[2] = dev.atomic_fetch(dest, pe)
+
+
+def put_block(dest, src, pe):
+    dev.put_block(dest, src, pe)
+
+
+def put_warp(dest, src, pe):
+    dev.put_warp(dest, src, pe)
+
+
+def barrier_of(team):
+    dev.barrier(team)
+
+
+def ptx_kernels():
+    """(label, python function, signature) of the small kernels whose PTX the tests read."""
+    i64, u64, f32 = types.int64[::1], types.uint64[::1], types.float32[::1]
+    yield "spin_on_g", spin_on_g, (i64, types.int32)
+    yield "wait_on_uint64_signal", wait_on_uint64_signal, (u64, u64)
+    yield "p_then_g", p_then_g, (i64, types.int32, i64)
+    yield "atomics", atomics, (i64, i64, types.int32)
+    yield "put_block", put_block, (f32, f32, types.int32)
+    yield "put_warp", put_warp, (f32, f32, types.int32)
+    yield "barrier", barrier_of, (types.int64,)
+
+
 def host_operation_kernels():
     """(label, python function, signature) of the kernels the cuda host runtime launches."""
     from pgas.host import _gpu_ops as ops
@@ -147,6 +192,9 @@ def main():
             for key in ("failed", "waits", "cubin_bytes"):
                 report[key].update(part[key])
     user = ("user_kernel", user_kernel, (types.int64[::1], types.float64[::1], types.int32))
+    report["ptx"] = {}
+    for label, function, signature in ptx_kernels():
+        report["ptx"][label], _ = cuda.compile_ptx(function, signature, cc=CC)
     for label, function, signature in [*example_kernels(), user, *host_operation_kernels()]:
         try:
             ptx, _ = cuda.compile_ptx(function, signature, cc=CC)

@@ -100,3 +100,36 @@ def check_block_barrier_forms():
     assert np.array_equal(seen, np.repeat(np.arange(1, rounds + 1)[:, None], n, axis=1))
     pgas.barrier_all()
     pgas.free(slots)
+
+
+@cuda.jit
+def every_thread_collects(dest, src, rounds):
+    """NVIDIA's nvshmem4py fcollect test calls the thread-scope form from every thread."""
+    for _ in range(rounds):
+        dev.fcollect(dev.TEAM_WORLD, dest, src)
+        dev.barrier_all()
+
+
+@cuda.jit
+def blocks_barrier(count):
+    """Every block of the kernel calls the thread-scope barrier: callers at once on one PE."""
+    if cuda.threadIdx.x == 0:
+        dev.barrier_all()
+        cuda.atomic.add(count, 0, 1)
+
+
+def check_thread_scope_calls_from_many_threads_of_one_pe_complete():
+    """The barrier epoch is taken atomically and arrivals are counted, so several callers on
+    one PE at once each sync once: nothing is lost, nothing hangs."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    src = pgas.full(3, me + 1, np.int64)
+    dest = pgas.zeros(3 * n, np.int64)
+    pgas.barrier_all()
+    every_thread_collects[1, 8](dest, src, 2)
+    assert dest.copy_to_host().tolist() == [pe + 1 for pe in range(n) for _ in range(3)]
+    count = np.zeros(1, np.int64)
+    blocks_barrier[4, 2](count)
+    assert count[0] == 4
+    pgas.barrier_all()
+    pgas.free(dest)
+    pgas.free(src)

@@ -43,7 +43,7 @@ def check_pe_out_of_range_host_and_device():
         pgas.get(np.zeros(4, np.int32), a, -1)
     with raises(r"pgas.peer_array: pe must be an integer PE number, got 1.5"):
         pgas.peer_array(a, 1.5)
-    if on_simulator():   # device-side argument checks: the simulator's (none on a GPU)
+    if on_simulator():   # on a GPU a failed device check traps, ending the context: tests/test_device_errors.py
         with raises(r"tid=\[0, 0, 0\] ctaid=\[0, 0, 0\]: pgas.device.put: pe must be within"):
             device_put[1, 1](a, a, n + 3)
         with raises(r"pgas.device.p: pe must be within"):
