@@ -24,8 +24,10 @@ host raises it with the simulator's text (``pgas/_device_errors.py``).
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import cuda, types
 from numba.core.errors import TypingError
+from numba.cuda import nvvmutils
 from numba.cuda.extending import intrinsic
 
 from .._constants import CMP_NAMES, MAX_TEAMS, SIGNAL_ADD, SIGNAL_SET
@@ -35,7 +37,7 @@ from .._errors import PgasError
 from .._reductions import reduction_ufunc
 from .._waiting import compare
 from . import _cuda_ptx as ptx
-from ._codes import BLOCK, PRIMITIVES, REDUCE_OPS, RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, THREAD, reduce_code
+from ._codes import BLOCK, PRIMITIVES, REDUCE_OPS, THREAD, reduce_code
 
 __all__ = [*PRIMITIVES, "STATE_ADDRESS", "STATE_WORDS"]
 
@@ -74,14 +76,19 @@ device_function = jit
 name = ptx.name
 
 
+def _load_state(builder, index):
+    """int64 state word ``index`` (an LLVM int64 value)."""
+    i64 = ir.IntType(64)
+    address = builder.add(i64(STATE_ADDRESS), builder.mul(index, i64(8)))
+    return builder.load(builder.inttoptr(address, i64.as_pointer()))
+
+
 @intrinsic
 def _state_word(typingctx, index):
     """int64 word ``index`` of the state block at STATE_ADDRESS."""
     def codegen(context, builder, sig, args):
-        i64 = context.get_value_type(types.int64)
-        address = builder.add(i64(STATE_ADDRESS), builder.mul(args[0], i64(8)))
-        return builder.load(builder.inttoptr(address, i64.as_pointer()))
-    return types.int64(types.int64), codegen
+        return _load_state(builder, context.cast(builder, args[0], sig.args[0], types.int64))
+    return types.int64(index), codegen
 
 
 @intrinsic
@@ -89,11 +96,9 @@ def _fail(typingctx, kind, fn, what, why, a, b, c):
     """Record a failed check in this PE's mailbox and stop the kernel (``trap``); the host
     raises it. ``what``/``why``: strings, or an array (its dtype's name); a, b, c: numbers."""
     def codegen(context, builder, sig, args):
-        i64 = context.get_value_type(types.int64)
-
-        def state(index):
-            return builder.load(builder.inttoptr(i64(STATE_ADDRESS + 8 * index), i64.as_pointer()))
-        arguments = [state(_MAILBOX), state(_MY_PE), context.cast(builder, args[0], sig.args[0], types.int64)]
+        i64 = ir.IntType(64)
+        arguments = [_load_state(builder, i64(_MAILBOX)), _load_state(builder, i64(_MY_PE)),
+                     context.cast(builder, args[0], sig.args[0], types.int64)]
         for typ, value in zip(sig.args[1:4], args[1:4]):
             arguments += ptx.string_argument(context, builder, typ, value)
         arguments += [ptx.word_argument(context, builder, typ, value) for typ, value in zip(sig.args[4:], args[4:])]
@@ -102,52 +107,64 @@ def _fail(typingctx, kind, fn, what, why, a, b, c):
     return types.void(kind, fn, what, why, a, b, c), codegen
 
 
-# State and teams --------------------------------------------------------------------
+# State and teams: intrinsics (read in place, no helper to compile) ------------------
 
-@jit
-def my_pe(fn):
-    return _state_word(_MY_PE)
+def _state_intrinsic(index: int, doc: str):
+    @intrinsic
+    def read(typingctx, fn):
+        def codegen(context, builder, sig, args):
+            return _load_state(builder, ir.IntType(64)(index))
+        return types.int64(fn), codegen
+    read.__doc__ = doc
+    return read
 
 
-@jit
-def n_pes(fn):
-    return _state_word(_N_PES)
+my_pe = _state_intrinsic(_MY_PE, "my_pe(fn): this PE's number.")
+n_pes = _state_intrinsic(_N_PES, "n_pes(fn): the number of PEs.")
 
 
-@jit
-def _team_row(team):
-    """Index of team slot ``team``'s first word: size, my rank, then n_pes world PEs."""
-    n = _state_word(_N_PES)
-    return _PEER_BASES + n + team * (n + 2)
+def _team_word(context, builder, team_type, team, extra):
+    """Word ``extra`` of team slot ``team``'s row (size, my rank, then the world PE of each rank)."""
+    i64 = ir.IntType(64)
+    n = _load_state(builder, i64(_N_PES))
+    slot = context.cast(builder, team, team_type, types.int64)
+    row = builder.add(builder.add(i64(_PEER_BASES), n), builder.mul(slot, builder.add(n, i64(2))))
+    return _load_state(builder, builder.add(row, extra))
+
+
+@intrinsic
+def team_size(typingctx, team, fn):
+    def codegen(context, builder, sig, args):
+        return _team_word(context, builder, sig.args[0], args[0], ir.IntType(64)(0))
+    return types.int64(team, fn), codegen
+
+
+@intrinsic
+def team_rank(typingctx, team, fn):
+    def codegen(context, builder, sig, args):
+        return _team_word(context, builder, sig.args[0], args[0], ir.IntType(64)(1))
+    return types.int64(team, fn), codegen
+
+
+@intrinsic
+def team_pe(typingctx, team, rank, fn):
+    def codegen(context, builder, sig, args):
+        rank = context.cast(builder, args[1], sig.args[1], types.int64)
+        return _team_word(context, builder, sig.args[0], args[0], builder.add(rank, ir.IntType(64)(2)))
+    return types.int64(team, rank, fn), codegen
 
 
 @jit
 def check_team(fn, team):
     """``team`` must be a live slot (checked once per call that takes a team)."""
-    if team < 0 or team >= MAX_TEAMS or _state_word(_team_row(team)) == 0:   # size 0: a free slot
+    if team < 0 or team >= MAX_TEAMS or team_size(team, fn) == 0:   # size 0: a free slot
         _fail(_TEAM, fn, "team", "", team, _state_word(_MY_PE), 0)
 
 
 @jit
-def team_size(team, fn):
-    return _state_word(_team_row(team))
-
-
-@jit
-def team_rank(team, fn):
-    return _state_word(_team_row(team) + 1)
-
-
-@jit
-def team_pe(team, rank, fn):
-    return _state_word(_team_row(team) + 2 + rank)
-
-
-@jit
 def team_index_of(team, pe, fn):
-    row = _team_row(team)
-    for rank in range(_state_word(row)):
-        if _state_word(row + 2 + rank) == pe:
+    for rank in range(team_size(team, fn)):
+        if team_pe(team, rank, fn) == pe:
             return rank
     return -1
 
@@ -225,7 +242,7 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
         dst[dst_lo + i] = mine[src_lo + i]
     for r in range(team_size(team, fn)):
         if r != me:   # each member's copy found once, then its elements combined in
-            theirs = ptx.flat_view(_peer_address(src, team_pe(team, r, fn), fn, "src"), src)
+            theirs = ptx.flat_view(_peer_address(src, team_pe(team, r, fn), fn, name("src")), src)
             for i in range(rank, count, size):
                 dst[dst_lo + i] = _combine(op, dst[dst_lo + i], theirs[src_lo + i])
 
@@ -235,61 +252,55 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
 @jit
 def transfer(fn, to_peer, pe, dst, dst_stride, src, src_stride, nelems, rank, size, nbi):
     if to_peer:
-        theirs = ptx.flat_view(_peer_address(dst, pe, fn, "dest"), dst)
+        theirs = ptx.flat_view(_peer_address(dst, pe, fn, name("dest")), dst)
         copy_strided(theirs, dst_stride, src, src_stride, nelems, rank, size)
     else:
-        theirs = ptx.flat_view(_peer_address(src, pe, fn, "src"), src)
+        theirs = ptx.flat_view(_peer_address(src, pe, fn, name("src")), src)
         copy_strided(dst, dst_stride, theirs, src_stride, nelems, rank, size)
 
 
 @jit
 def remote_store(fn, arr, pe, value, what):
-    ptx.st_relaxed(_peer_address(arr, pe, fn, what), arr, value)
+    ptx.st_relaxed(_peer_address(arr, pe, fn, name(what)), arr, value)
 
 
 @jit
 def remote_load(fn, arr, pe, what):
-    return ptx.ld_relaxed(_peer_address(arr, pe, fn, what), arr)
-
-
-@jit
-def _atomic_at(address, arr, op, value):
-    if op == RMW_XCHG:
-        return ptx.atomic(RMW_XCHG, address, arr, value)
-    if op == RMW_ADD:
-        return ptx.atomic(RMW_ADD, address, arr, value)
-    if op == RMW_AND:
-        return ptx.atomic(RMW_AND, address, arr, value)
-    if op == RMW_OR:
-        return ptx.atomic(RMW_OR, address, arr, value)
-    return ptx.atomic(RMW_XOR, address, arr, value)
+    return ptx.ld_relaxed(_peer_address(arr, pe, fn, name(what)), arr)
 
 
 @jit
 def remote_rmw(fn, arr, pe, op, value, what, fetch):
-    return _atomic_at(_peer_address(arr, pe, fn, what), arr, op, value)
+    return ptx.atomic(op, _peer_address(arr, pe, fn, name(what)), arr, value)   # op: an RMW_* literal
 
 
 @jit
 def remote_compare_swap(fn, arr, pe, cond, value, what):
-    return ptx.atomic_cas(_peer_address(arr, pe, fn, what), arr, cond, value)
+    return ptx.atomic_cas(_peer_address(arr, pe, fn, name(what)), arr, cond, value)
 
 
 @jit
 def remote_atomic_load(fn, arr, pe, what):
-    return ptx.ld_seq_cst(_peer_address(arr, pe, fn, what), arr)
+    return ptx.ld_seq_cst(_peer_address(arr, pe, fn, name(what)), arr)
 
 
 # Memory ordering and atomics on this PE's memory ------------------------------------
 
-@jit
-def load_acquire(arr, fn, what):
-    return ptx.ld_acquire(ptx.address_of(arr), arr)
+@intrinsic
+def load_acquire(typingctx, arr, fn, what):
+    """Element 0 of ``arr``, loaded with acquire ordering."""
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, value=args[0]).data
+        return ptx.load_codegen(context, builder, "acquire", arr.dtype, builder.ptrtoint(data, ir.IntType(64)))
+    return arr.dtype(arr, fn, what), codegen
 
 
-@jit
-def fence(fn):
-    ptx.fence_sc_sys()
+@intrinsic
+def fence(typingctx, fn):
+    def codegen(context, builder, sig, args):
+        ptx.inline_asm(builder, "fence.sc.sys;", "~{memory}", ir.VoidType(), [])
+        return context.get_dummy_value()
+    return types.void(fn), codegen
 
 
 quiet = fence   # every store to a peer is issued at the call on the load/store path
@@ -297,7 +308,7 @@ quiet = fence   # every store to a peer is issued at the call on the load/store 
 
 @jit
 def atomic_rmw(arr, op, value, fn, what):
-    return _atomic_at(ptx.address_of(arr), arr, op, value)
+    return ptx.atomic(op, ptx.address_of(arr), arr, value)
 
 
 @jit
@@ -307,16 +318,33 @@ def atomic_compare_swap(arr, cond, value, fn, what):
 
 # Groups and waits -------------------------------------------------------------------
 
-@jit
-def group_rank_and_size(scope, fn):
-    if scope == THREAD:
-        return 0, 1
-    block = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
-    tid = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
-    if scope == BLOCK:
-        return tid, block
-    first = tid // WARP_SIZE * WARP_SIZE
-    return tid - first, min(WARP_SIZE, block - first)
+@intrinsic
+def group_rank_and_size(typingctx, scope, fn):
+    """This thread's rank in its thread / warp / block (``scope``, a literal) and the
+    group's size (a partial last warp counts the threads it has)."""
+    if not isinstance(scope, types.IntegerLiteral):
+        return None
+    kind = scope.literal_value
+    result = types.UniTuple(types.int64, 2)
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        if kind == THREAD:
+            return context.make_tuple(builder, result, [i64(0), i64(1)])
+
+        def sreg(name):
+            return builder.zext(nvvmutils.call_sreg(builder, name), i64)
+        width, height = sreg("ntid.x"), sreg("ntid.y")
+        block = builder.mul(builder.mul(width, height), sreg("ntid.z"))
+        tid = builder.add(sreg("tid.x"), builder.mul(width, builder.add(sreg("tid.y"),
+                                                                         builder.mul(height, sreg("tid.z")))))
+        if kind == BLOCK:
+            return context.make_tuple(builder, result, [tid, block])
+        first = builder.and_(tid, i64(~(WARP_SIZE - 1)))
+        left = builder.sub(block, first)
+        size = builder.select(builder.icmp_signed("<", left, i64(WARP_SIZE)), left, i64(WARP_SIZE))
+        return context.make_tuple(builder, result, [builder.sub(tid, first), size])
+    return result(scope, fn), codegen
 
 
 @jit

@@ -27,7 +27,7 @@ from numba.cuda.extending import intrinsic
 from .._device_errors import FN_BYTES, TEXT_WORD, WHAT_BYTES, WHY_BYTES
 from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
 
-__all__ = ["name", "address_of", "flat_view", "int64_view", "ld_relaxed", "ld_acquire", "ld_seq_cst",
+__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "int64_view", "ld_relaxed", "ld_acquire", "ld_seq_cst",
            "st_relaxed", "atomic", "atomic_cas", "fence_sc_sys", "copy16", "cast_like",
            "warp_mask", "globaltimer", "string_argument", "word_argument", "call_record_error", "bitwise"]
 
@@ -35,7 +35,8 @@ _I64 = ir.IntType(64)
 _REGISTER = {8: "h", 16: "h", 32: "r", 64: "l"}
 
 
-def _asm(builder, text, constraints, ret, args):
+def inline_asm(builder, text, constraints, ret, args):
+    """Emit one inline PTX statement (with side effects) and return its result."""
     fnty = ir.FunctionType(ret, [a.type for a in args])
     return builder.call(ir.InlineAsm(fnty, text, constraints, side_effect=True), args)
 
@@ -125,20 +126,23 @@ def cast_like(typingctx, like, value):
 
 # Loads, stores, atomics -----------------------------------------------------------------
 
-def _load(order: str):
+def load_codegen(context, builder, order: str, dtype, address):
+    """The element of ``dtype`` at ``address`` (an int64 value), loaded ``order``
+    (relaxed, acquire or seq_cst)."""
     fence = "fence.sc.sys;\n\t" if order == "seq_cst" else ""
     semantics = "relaxed" if order == "relaxed" else "acquire"
+    width = _width(context, dtype)
+    bits = inline_asm(builder, f"{fence}ld.{semantics}.sys.b{width} $0, [$1];", f"={_REGISTER[width]},l,~{{memory}}",
+                      ir.IntType(max(width, 16)), [address])
+    return _from_bits(context, builder, dtype, bits)
 
+
+def _load(order: str):
     @intrinsic
     def load(typingctx, address, like):
-        dtype = like.dtype
-
         def codegen(context, builder, sig, args):
-            width = _width(context, dtype)
-            bits = _asm(builder, f"{fence}ld.{semantics}.sys.b{width} $0, [$1];",
-                        f"={_REGISTER[width]},l,~{{memory}}", ir.IntType(max(width, 16)), [args[0]])
-            return _from_bits(context, builder, dtype, bits)
-        return dtype(types.uint64, like), codegen
+            return load_codegen(context, builder, order, like.dtype, args[0])
+        return like.dtype(types.uint64, like), codegen
     load.__doc__ = f"The element at ``address`` (``like``'s dtype), loaded {order}."
     return load
 
@@ -151,7 +155,7 @@ def _store(semantics: str):
         def codegen(context, builder, sig, args):
             width = _width(context, dtype)
             bits = _to_bits(context, builder, dtype, context.cast(builder, args[2], sig.args[2], dtype))
-            _asm(builder, f"st.{semantics}.sys.b{width} [$0], $1;", f"l,{_REGISTER[width]},~{{memory}}",
+            inline_asm(builder, f"st.{semantics}.sys.b{width} [$0], $1;", f"l,{_REGISTER[width]},~{{memory}}",
                  ir.VoidType(), [args[0], bits])
             return context.get_dummy_value()
         return types.void(types.uint64, like, value), codegen
@@ -190,7 +194,7 @@ def atomic(typingctx, op, address, like, value):
         kind = _ADD_TYPES[dtype] if exact else f"b{width}"
         value = context.cast(builder, args[3], sig.args[3], dtype)
         operand = value if exact else _to_bits(context, builder, dtype, value)
-        old = _asm(builder, f"{_SEQ_CST}.{rmw}.{kind} $0, [$1], $2;", f"={reg},l,{reg},~{{memory}}",
+        old = inline_asm(builder, f"{_SEQ_CST}.{rmw}.{kind} $0, [$1], $2;", f"={reg},l,{reg},~{{memory}}",
                    operand.type, [args[1], operand])
         return old if exact else _from_bits(context, builder, dtype, old)
     return dtype(op, types.uint64, like, value), codegen
@@ -207,7 +211,7 @@ def atomic_cas(typingctx, address, like, cond, value):
         reg = _REGISTER[width]
         cond, value = (_to_bits(context, builder, dtype, context.cast(builder, v, t, dtype))
                        for v, t in ((args[2], sig.args[2]), (args[3], sig.args[3])))
-        old = _asm(builder, f"{_SEQ_CST}.cas.b{width} $0, [$1], $2, $3;", f"={reg},l,{reg},{reg},~{{memory}}",
+        old = inline_asm(builder, f"{_SEQ_CST}.cas.b{width} $0, [$1], $2, $3;", f"={reg},l,{reg},{reg},~{{memory}}",
                    cond.type, [args[0], cond, value])
         return _from_bits(context, builder, dtype, old)
     return dtype(types.uint64, like, cond, value), codegen
@@ -216,7 +220,7 @@ def atomic_cas(typingctx, address, like, cond, value):
 @intrinsic
 def fence_sc_sys(typingctx):
     def codegen(context, builder, sig, args):
-        _asm(builder, "fence.sc.sys;", "~{memory}", ir.VoidType(), [])
+        inline_asm(builder, "fence.sc.sys;", "~{memory}", ir.VoidType(), [])
         return context.get_dummy_value()
     return types.void(), codegen
 
@@ -247,7 +251,7 @@ def warp_mask(typingctx, size):
 @intrinsic
 def globaltimer(typingctx):
     def codegen(context, builder, sig, args):
-        return _asm(builder, "mov.u64 $0, %globaltimer;", "=l", _I64, [])
+        return inline_asm(builder, "mov.u64 $0, %globaltimer;", "=l", _I64, [])
     return types.int64(), codegen
 
 
@@ -305,22 +309,37 @@ def _record_error_body(context, function):
             lengths = builder.or_(lengths, builder.shl(length, ir.Constant(_I64, 16 * slot)))
             offset += capacity
         builder.store(lengths, word(8))
-        _asm(builder, "fence.sc.sys;\n\tst.release.sys.b64 [$0], $1;", "l,l,~{memory}", ir.VoidType(),
+        inline_asm(builder, "fence.sc.sys;\n\tst.release.sys.b64 [$0], $1;", "l,l,~{memory}", ir.VoidType(),
              [builder.ptrtoint(word(0), _I64), ir.Constant(_I64, 2)])
-    _asm(builder, "trap;", "", ir.VoidType(), [])
+    inline_asm(builder, "trap;", "", ir.VoidType(), [])
     builder.ret_void()
 
 
-def call_record_error(builder, context, arguments):
-    """Call ``pgas_record_error`` (one ``noinline`` function per module, so a failure site
-    costs a call) with its arguments (see ``_record_error_body``)."""
-    fnty = ir.FunctionType(ir.VoidType(), [a.type for a in arguments])
-    function = cgutils.get_or_insert_function(builder.module, fnty, "pgas_record_error")
-    if function.is_declaration:
-        function.linkage = "internal"
+_record_libraries: dict = {}   # codegen -> the library holding pgas_record_error
+
+
+def _record_library(context, fnty):
+    """The one code library that defines ``pgas_record_error``: every kernel links it,
+    rather than each helper's module carrying (and NVVM reading) a copy of its body."""
+    codegen = context.codegen()
+    if codegen not in _record_libraries:
+        module = context.create_module("pgas_record_error")
+        function = ir.Function(module, fnty, "pgas_record_error")
         function.attributes.add("noinline")
         _record_error_body(context, function)
-    builder.call(function, arguments)
+        library = codegen.create_library("pgas_record_error")
+        library.add_ir_module(module)
+        library.finalize()
+        _record_libraries[codegen] = library
+    return _record_libraries[codegen]
+
+
+def call_record_error(builder, context, arguments):
+    """Call ``pgas_record_error`` (``noinline``, so a failure site costs a call) with its
+    arguments (see ``_record_error_body``)."""
+    fnty = ir.FunctionType(ir.VoidType(), [a.type for a in arguments])
+    context.active_code_library.add_linking_library(_record_library(context, fnty))
+    builder.call(cgutils.get_or_insert_function(builder.module, fnty, "pgas_record_error"), arguments)
 
 
 @intrinsic
