@@ -36,75 +36,40 @@ MAILBOX_BYTES = 512
 _BITS21 = (1 << 21) - 1
 
 
-def _not_empty(fn, what, why, a, b, c):
-    return f"{fn}: {what} is empty; it needs at least one element"
-
-
-def _negative(fn, what, why, a, b, c):
-    return f"{fn}: {what} must be a non-negative integer, got {a}"
-
-
-def _negative_stride(fn, what, why, a, b, c):
-    return _negative(fn, f"{what} stride", why, a, b, c)
-
-
-def _stride_zero(fn, what, why, a, b, c):
-    return f"{fn}: the {what} stride must be >= 1, got 0"
-
-
-def _copy_fits(fn, what, why, size, nelems, stride):
-    return f"{fn}: {what} has {size} elements but {nelems} elements at stride {stride} need {(nelems - 1) * stride + 1}"
-
-
-def _size(fn, what, why, have, need, c):
-    return f"{fn}: {why}; {what} has {have} elements, {need} needed"
-
-
-def _root(fn, what, why, root, team_size, c):
-    return f"{fn}: root must be a team rank within [0, {team_size}), got {root}"
-
-
-def _pe_range(fn, what, why, pe, n_pes, c):
-    return f"{fn}: {what} must be within [0, {n_pes}), got {pe}"
-
-
-def _unreachable(fn, what, why, pe, a, b):
-    return (f"{fn}: PE {pe} is on another node and the cuda backend has no remote transport yet "
-            "(docs/transports.md); run on the simulator backend, or keep the PEs on one node")
-
-
-def _team(fn, what, why, handle, my_pe, c):
-    return f"{fn}: {what} {handle} is not a team of PE {my_pe} (never created here, or destroyed)"
-
-
-def _cmp(fn, what, why, cmp, b, c):
-    return f"{fn}: cmp must be one of pgas.CMP_EQ/NE/GT/GE/LT/LE, got {cmp}"
-
-
-def _sig_op(fn, what, why, sig_op, b, c):
-    return f"{fn}: sig_op must be pgas.SIGNAL_SET or pgas.SIGNAL_ADD, got {sig_op}"
-
-
-def _signal(fn, what, why, size, b, c):
-    return f"{fn}: signal must be a non-empty uint64 (or int64) symmetric array, got {why} with {size} elements"
-
-
-# kind -> (exception class, text); the codes are what the device writes
+# kind -> (name, exception class, text with the fields fn, what, why, a, b, c); the codes are
+# what the device writes
 KINDS = {
-    1: (PgasValueError, _not_empty), 2: (PgasValueError, _negative), 3: (PgasValueError, _stride_zero),
-    4: (PgasValueError, _copy_fits), 5: (PgasValueError, _size), 6: (PgasValueError, _root),
-    7: (PgasValueError, _pe_range), 8: (PgasError, _unreachable), 9: (PgasValueError, _team),
-    10: (PgasValueError, _cmp), 11: (PgasValueError, _sig_op), 12: (PgasValueError, _signal),
-    15: (PgasValueError, _negative_stride),
+    1: ("NOT_EMPTY", PgasValueError, "{fn}: {what} is empty; it needs at least one element"),
+    2: ("NEGATIVE", PgasValueError, "{fn}: {what} must be a non-negative integer, got {a}"),
+    3: ("STRIDE_ZERO", PgasValueError, "{fn}: the {what} stride must be >= 1, got 0"),
+    4: ("COPY_FITS", PgasValueError, "{fn}: {what} has {a} elements but {b} elements at stride {c} need {need}"),
+    5: ("SIZE", PgasValueError, "{fn}: {why}; {what} has {a} elements, {b} needed"),
+    6: ("ROOT", PgasValueError, "{fn}: root must be a team rank within [0, {b}), got {a}"),
+    7: ("PE_RANGE", PgasValueError, "{fn}: {what} must be within [0, {b}), got {a}"),
+    8: ("UNREACHABLE", PgasError, "{fn}: PE {a} is on another node and the cuda backend has no remote transport "
+                                  "yet (docs/transports.md); run on the simulator backend, or keep the PEs on one node"),
+    9: ("TEAM", PgasValueError, "{fn}: {what} {a} is not a team of PE {b} (never created here, or destroyed)"),
+    10: ("CMP", PgasValueError, "{fn}: cmp must be one of pgas.CMP_EQ/NE/GT/GE/LT/LE, got {a}"),
+    11: ("SIG_OP", PgasValueError, "{fn}: sig_op must be pgas.SIGNAL_SET or pgas.SIGNAL_ADD, got {a}"),
+    12: ("SIGNAL", PgasValueError, "{fn}: signal must be a non-empty uint64 (or int64) symmetric array, got {why} "
+                                   "with {a} elements"),
+    15: ("NEGATIVE_STRIDE", PgasValueError, "{fn}: {what} stride must be a non-negative integer, got {a}"),
 }
-KIND = {text.__name__.strip("_").upper(): kind for kind, (_, text) in KINDS.items()}
+KIND = {name: kind for kind, (name, _, _) in KINDS.items()}
+
+
+def _describe(kind: int, fn: str, what: str, why: str, a, b, c) -> PgasError:
+    _, cls, text = KINDS[kind]
+    need = (b - 1) * c + 1 if kind == KIND["COPY_FITS"] else None
+    return cls(text.format(fn=fn, what=what, why=why, a=a, b=b, c=c, need=need))
+
+
 TIMEOUT, BARRIER_TIMEOUT = 13, 14   # waits past PGAS_TIMEOUT (texts from timeout_error)
 
 
 def device_error(kind: str, fn: str, what: str = "", why: str = "", a=0, b=0, c=0) -> PgasError:
     """The exception of a failed check, e.g. ``device_error("PE_RANGE", fn, "pe", a=pe, b=n)``."""
-    cls, text = KINDS[KIND[kind]]
-    return cls(text(fn, what, why, a, b, c))
+    return _describe(KIND[kind], fn, what, why, a, b, c)
 
 
 def timeout_error(fn: str, timeout: float, waiting_for: str) -> PgasTimeoutError:
@@ -152,8 +117,7 @@ def from_record(words: np.ndarray, timeout: float) -> PgasError | None:
         missing = [pe_ for pe_ in range(64) if b >> pe_ & 1] + (["..."] if c > bin(b).count("1") else [])
         error = timeout_error(fn, timeout, arrivals_waited_for(missing, a))
     elif kind in KINDS:
-        cls, describe = KINDS[kind]
-        error = cls(describe(fn, what, why, a, b, c))
+        error = _describe(kind, fn, what, why, a, b, c)
     else:
         return PgasError(f"a device check on PE {pe} failed with an unknown error kind {kind}")
     where = f"tid={_unpack3(thread)} ctaid={_unpack3(block)}"
