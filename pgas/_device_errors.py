@@ -26,8 +26,9 @@ import numpy as np
 from ._constants import CMP_NAMES
 from ._errors import PgasError, PgasTimeoutError, PgasValueError
 
-__all__ = ["KINDS", "device_error", "timeout_error", "from_record", "RECORD_WORDS", "FN_BYTES", "WHAT_BYTES",
-           "WHY_BYTES", "TEXT_WORD", "MAILBOX_BYTES"]
+__all__ = ["KINDS", "KIND", "TIMEOUT", "BARRIER_TIMEOUT", "device_error", "timeout_error", "value_waited_for",
+           "arrivals_waited_for", "from_record", "RECORD_WORDS", "FN_BYTES", "WHAT_BYTES", "WHY_BYTES", "TEXT_WORD",
+           "MAILBOX_BYTES"]
 
 FN_BYTES, WHAT_BYTES, WHY_BYTES = 64, 32, 96
 TEXT_WORD = 9

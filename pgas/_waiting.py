@@ -8,7 +8,7 @@ from . import _job
 from ._constants import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NAMES, CMP_NE
 from ._device_errors import device_error, timeout_error, value_waited_for
 
-__all__ = ["compare", "check_cmp", "cmp_name", "Wait", "wait_for_value"]
+__all__ = ["compare", "check_cmp", "Wait", "wait_for_value"]
 
 
 def compare(value, cmp, target) -> bool:
@@ -31,10 +31,6 @@ def compare(value, cmp, target) -> bool:
 def check_cmp(fn: str, cmp) -> None:
     if cmp not in CMP_NAMES:
         raise device_error("CMP", fn, a=repr(cmp))
-
-
-def cmp_name(cmp) -> str:
-    return CMP_NAMES[cmp]
 
 
 class Wait:

@@ -22,6 +22,12 @@ from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
+
+def _on_team(call: str, dtype: str = "float64"):
+    """A kernel running the collective ``dev.<call>`` on ``team`` with arrays of ``dtype``."""
+    return f"def kernel(team, dest, src):\n    dev.{call}\n", ["int64", f"{dtype}[::1]", f"{dtype}[::1]"]
+
+
 # label -> (source of a kernel calling pgas.device as dev, argument types as numba type names)
 KERNELS = {
     "plain kernel (no pgas)": ("def kernel(out):\n    out[0] = 1\n", ["float64[::1]"]),
@@ -33,18 +39,12 @@ KERNELS = {
     "signal_wait_until": ("def kernel(signal, out):\n    out[0] = dev.signal_wait_until(signal, dev.CMP_GE, 1)\n",
                           ["uint64[::1]", "uint64[::1]"]),
     "barrier_all": ("def kernel():\n    dev.barrier_all()\n", []),
-    "broadcast_block": ("def kernel(team, dest, src):\n    dev.broadcast_block(team, dest, src, 0)\n",
-                        ["int64", "float64[::1]", "float64[::1]"]),
-    "fcollect": ("def kernel(team, dest, src):\n    dev.fcollect(team, dest, src)\n",
-                 ["int64", "float64[::1]", "float64[::1]"]),
-    "alltoall_block": ("def kernel(team, dest, src):\n    dev.alltoall_block(team, dest, src)\n",
-                       ["int64", "float64[::1]", "float64[::1]"]),
-    "sum_reduce": ("def kernel(team, dest, src):\n    dev.sum_reduce(team, dest, src)\n",
-                   ["int64", "float64[::1]", "float64[::1]"]),
-    "sum_reduce_block": ("def kernel(team, dest, src):\n    dev.sum_reduce_block(team, dest, src)\n",
-                         ["int64", "float64[::1]", "float64[::1]"]),
-    "max_reducescatter_block": ("def kernel(team, dest, src):\n    dev.max_reducescatter_block(team, dest, src)\n",
-                                ["int64", "int32[::1]", "int32[::1]"]),
+    "broadcast_block": _on_team("broadcast_block(team, dest, src, 0)"),
+    "fcollect": _on_team("fcollect(team, dest, src)"),
+    "alltoall_block": _on_team("alltoall_block(team, dest, src)"),
+    "sum_reduce": _on_team("sum_reduce(team, dest, src)"),
+    "sum_reduce_block": _on_team("sum_reduce_block(team, dest, src)"),
+    "max_reducescatter_block": _on_team("max_reducescatter_block(team, dest, src)", "int32"),
 }
 # example kernels: label -> (file in examples/, kernel name, argument types)
 EXAMPLE_KERNELS = {

@@ -5,7 +5,7 @@ Memory model (PTX, system scope, so peers on other GPUs and the CPU see it):
 - ``ld_relaxed`` / ``st_relaxed``: strong (``.relaxed.sys``) loads and stores, what ``g``
   and ``p`` are: a loop around ``g`` re-reads memory (a weak load may be hoisted out of it,
   and a plain spin compiles to the non-coherent ``ld.global.nc``).
-- ``ld_acquire``: what every wait polls with.
+- ``load_codegen(..., "acquire", ...)``: what every wait polls with (``_cuda.load_acquire``).
 - ``atomic`` / ``atomic_cas`` / ``ld_seq_cst``: sequentially consistent, as the device
   atomics are documented: ``fence.sc.sys`` then the ``.acquire`` atomic or load (the
   mapping libcu++ uses for ``memory_order_seq_cst``).
@@ -25,11 +25,11 @@ from numba.cuda import cgutils, nvvmutils
 from numba.cuda.extending import intrinsic
 
 from .._device_errors import FN_BYTES, TEXT_WORD, WHAT_BYTES, WHY_BYTES
-from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
+from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, reduce_code
 
-__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "int64_view", "ld_relaxed", "ld_acquire", "ld_seq_cst",
-           "st_relaxed", "atomic", "atomic_cas", "fence_sc_sys", "copy16", "cast_like",
-           "warp_mask", "globaltimer", "string_argument", "word_argument", "call_record_error", "bitwise"]
+__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "int64_view", "ld_relaxed",
+           "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "copy16", "cast_like", "warp_mask", "globaltimer",
+           "string_argument", "word_argument", "call_record_error", "bitwise"]
 
 _I64 = ir.IntType(64)
 _REGISTER = {8: "h", 16: "h", 32: "r", 64: "l"}
@@ -156,14 +156,14 @@ def _store(semantics: str):
             width = _width(context, dtype)
             bits = _to_bits(context, builder, dtype, context.cast(builder, args[2], sig.args[2], dtype))
             inline_asm(builder, f"st.{semantics}.sys.b{width} [$0], $1;", f"l,{_REGISTER[width]},~{{memory}}",
-                 ir.VoidType(), [args[0], bits])
+                       ir.VoidType(), [args[0], bits])
             return context.get_dummy_value()
         return types.void(types.uint64, like, value), codegen
     store.__doc__ = f"Store ``value`` at ``address`` ({semantics})."
     return store
 
 
-ld_relaxed, ld_acquire, ld_seq_cst = _load("relaxed"), _load("acquire"), _load("seq_cst")
+ld_relaxed, ld_seq_cst = _load("relaxed"), _load("seq_cst")
 st_relaxed = _store("relaxed")
 
 _ATOM_OPS = {RMW_XCHG: "exch", RMW_ADD: "add", RMW_AND: "and", RMW_OR: "or", RMW_XOR: "xor"}
@@ -195,7 +195,7 @@ def atomic(typingctx, op, address, like, value):
         value = context.cast(builder, args[3], sig.args[3], dtype)
         operand = value if exact else _to_bits(context, builder, dtype, value)
         old = inline_asm(builder, f"{_SEQ_CST}.{rmw}.{kind} $0, [$1], $2;", f"={reg},l,{reg},~{{memory}}",
-                   operand.type, [args[1], operand])
+                         operand.type, [args[1], operand])
         return old if exact else _from_bits(context, builder, dtype, old)
     return dtype(op, types.uint64, like, value), codegen
 
@@ -212,17 +212,9 @@ def atomic_cas(typingctx, address, like, cond, value):
         cond, value = (_to_bits(context, builder, dtype, context.cast(builder, v, t, dtype))
                        for v, t in ((args[2], sig.args[2]), (args[3], sig.args[3])))
         old = inline_asm(builder, f"{_SEQ_CST}.cas.b{width} $0, [$1], $2, $3;", f"={reg},l,{reg},{reg},~{{memory}}",
-                   cond.type, [args[0], cond, value])
+                         cond.type, [args[0], cond, value])
         return _from_bits(context, builder, dtype, old)
     return dtype(types.uint64, like, cond, value), codegen
-
-
-@intrinsic
-def fence_sc_sys(typingctx):
-    def codegen(context, builder, sig, args):
-        inline_asm(builder, "fence.sc.sys;", "~{memory}", ir.VoidType(), [])
-        return context.get_dummy_value()
-    return types.void(), codegen
 
 
 @intrinsic
@@ -310,7 +302,7 @@ def _record_error_body(context, function):
             offset += capacity
         builder.store(lengths, word(8))
         inline_asm(builder, "fence.sc.sys;\n\tst.release.sys.b64 [$0], $1;", "l,l,~{memory}", ir.VoidType(),
-             [builder.ptrtoint(word(0), _I64), ir.Constant(_I64, 2)])
+                   [builder.ptrtoint(word(0), _I64), ir.Constant(_I64, 2)])
     inline_asm(builder, "trap;", "", ir.VoidType(), [])
     builder.ret_void()
 
@@ -346,7 +338,6 @@ def call_record_error(builder, context, arguments):
 def bitwise(typingctx, op, a, b):
     """a and/or/xor b for the and/or/xor reduction codes on integers; floats return a (a
     bitwise reduction of floats is refused when the kernel compiles)."""
-    from ._codes import reduce_code
     and_code, or_code = reduce_code("and"), reduce_code("or")
 
     def codegen(context, builder, sig, args):

@@ -22,7 +22,7 @@ from .. import device as dev
 from .._errors import PgasError
 from ._gpu_driver import checked, device_array_at, numba_stream, stream_handle, stream_scratch, synchronize
 from ._heap import array_span
-from ._runtime import runtime
+from ._runtime import device_error_behind, runtime
 
 __all__ = ["copy", "signal_op", "signal_wait_until", "quiet", "team_barrier", "collective"]
 
@@ -41,7 +41,6 @@ def _finish(handle: int, stream, fn: str) -> None:
     try:
         synchronize(handle)
     except PgasError as exc:
-        from ._runtime import device_error_behind
         found = device_error_behind()
         if found is not None:
             raise found from exc
