@@ -175,6 +175,11 @@ class SymmetricHeap:
         """True when PE ``pe``'s heap is mapped here (load/store reachable)."""
         return self.views[pe] is not None
 
+    @property
+    def bases(self) -> list[int | None]:
+        """The address of each PE's heap mapped here (None where not mapped)."""
+        return [None if view is None else view.__array_interface__["data"][0] for view in self.views]
+
     def publish_team(self, slot: int, team) -> None:
         """Nothing to do: simulated device functions read the runtime's team table."""
 

@@ -1,11 +1,15 @@
 """Symmetric arrays: collective allocation at the same heap offset on every PE."""
 from __future__ import annotations
 
+import operator
+import sys
+
 import numpy as np
 
 from .._backend import backend_name
 from .._checks import check_pe
 from .._errors import PgasError, PgasValueError
+from ._heap import array_span
 from ._runtime import Runtime, runtime, wait_all
 
 __all__ = ["empty", "zeros", "full", "free", "peer_array"]
@@ -39,14 +43,35 @@ def _device_array(view):
 
 
 def _shape_tuple(shape, fn: str) -> tuple[int, ...]:
-    dims = (shape,) if np.isscalar(shape) else tuple(shape)
+    """``shape`` as a tuple of sizes: ints (Python or numpy), not floats, bools or strings."""
+    dims = (shape,) if np.isscalar(shape) else shape
     try:
-        dims = tuple(int(d) for d in dims)
+        dims = tuple(_size(d) for d in dims)
     except (TypeError, ValueError):
         raise PgasValueError(f"{fn}: shape must be an int or a tuple of ints, got {shape!r}") from None
     if any(d < 0 for d in dims):
         raise PgasValueError(f"{fn}: shape must not have negative sizes, got {shape!r}")
     return dims
+
+
+def _size(dim) -> int:
+    if isinstance(dim, (bool, np.bool_)):
+        raise TypeError(dim)
+    return operator.index(dim)   # refuses 1.5 (int() would truncate it) and "3"
+
+
+def _symmetric_dtype(dtype, fn: str) -> np.dtype:
+    """``dtype`` as a numpy dtype whose items are plain bytes that a peer can copy."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise PgasValueError(f"{fn}: dtype must be a numpy dtype, got {dtype!r}") from None
+    if dtype.hasobject:
+        raise PgasValueError(f"{fn}: dtype must hold plain values, got {dtype} (Python objects are "
+                             "pointers into one process: no other PE can use them)")
+    if dtype.itemsize == 0:
+        raise PgasValueError(f"{fn}: dtype must have a size, got {dtype} (give one, e.g. 'S8' or 'U4')")
+    return dtype
 
 
 def _check_agreement(rt: Runtime, fn: str, record: tuple) -> None:
@@ -62,10 +87,9 @@ def _check_agreement(rt: Runtime, fn: str, record: tuple) -> None:
 def _allocate(fn: str, shape, dtype, fill=None):
     rt = runtime(fn)
     dims = _shape_tuple(shape, fn)
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise PgasValueError(f"{fn}: dtype must be a numpy dtype, got {dtype!r}") from None
+    dtype = _symmetric_dtype(dtype, fn)
+    if fill is not None:
+        fill = _fill_value(fill, dims, dtype, fn)
     nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
     offset = rt.allocator.allocate(nbytes)
     if rt.debug:
@@ -81,15 +105,24 @@ def _allocate(fn: str, shape, dtype, fill=None):
     return _device_array(view)
 
 
+def _fill_value(value, dims: tuple, dtype: np.dtype, fn: str) -> np.ndarray:
+    """``value`` converted to ``dtype`` and broadcast to ``dims`` (checked before anything is allocated)."""
+    try:
+        return np.broadcast_to(np.asarray(value, dtype), dims)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise PgasValueError(f"{fn}: value must be a {dtype} scalar or an array broadcastable to shape "
+                             f"{dims}, got {value!r} ({exc})") from None
+
+
 def _fill(rt: Runtime, view, offset: int, nbytes: int, value, fn: str) -> None:
     """Fill a new symmetric array, complete on return (peers may use it right after)."""
     if not rt.on_gpu:
         view[...] = value
-    elif np.isscalar(value) and value == 0:
+    elif not value.any():
         rt.heap.zero(offset, nbytes)
     else:   # a copy from pageable memory can return before it lands: _gpu_ops.copy waits for it
         from . import _gpu_ops
-        values = np.ascontiguousarray(np.broadcast_to(np.asarray(value, view.dtype), view.shape))
+        values = np.ascontiguousarray(value)
         _gpu_ops.copy(view, values, values.size, None, fn)
 
 
@@ -122,10 +155,30 @@ def _symmetric_block(rt: Runtime, arr, fn: str) -> int:
     return offset
 
 
+def _peer_holding(rt: Runtime, arr, fn: str) -> int | None:
+    """The other PE whose heap (mapped here) holds ``arr``, as for a view from peer_array."""
+    address = array_span(arr, fn, "a")[0]
+    for pe, base in enumerate(rt.heap.bases):
+        if pe != rt.my_pe and base is not None and base <= address < base + rt.heap.size:
+            return pe
+    return None
+
+
 def free(a) -> None:
-    """Release symmetric array ``a`` (collective: every PE frees the same array)."""
+    """Release symmetric array ``a`` (collective: every PE frees the same array).
+
+    Freeing a view from ``peer_array`` does nothing (as in nvshmem4py): the memory is the
+    peer's, freed when the peer's own array is. Under PGAS_DEBUG it is reported on stderr.
+    """
     rt = runtime("pgas.free")
-    offset = _symmetric_block(rt, a, "pgas.free")
+    data = as_ndarray(a, "pgas.free", "a")
+    holder = _peer_holding(rt, data, "pgas.free")
+    if holder is not None:
+        if rt.debug:
+            print(f"[PE {rt.my_pe}] pgas.free: a is a view of PE {holder}'s memory (from peer_array); "
+                  "nothing freed", file=sys.stderr, flush=True)
+        return
+    offset = _symmetric_block(rt, data, "pgas.free")
     if rt.debug:
         _check_agreement(rt, "pgas.free", ("offset", offset))
     if rt.on_gpu:   # this PE's kernels and copies are done with it

@@ -1,4 +1,6 @@
 """PGAS_DEBUG=1 device checks and PGAS_TIMEOUT on every blocking wait (run with PGAS_DEBUG=1)."""
+import contextlib
+import io
 import os
 import re
 
@@ -50,6 +52,21 @@ class short_timeout:
 
 def check_debug_is_on():
     assert runtime("test").debug
+
+
+def check_free_of_a_peer_view_is_reported_and_does_nothing():
+    me, n = pgas.my_pe(), pgas.n_pes()
+    right = (me + 1) % n
+    a = pgas.full(3, me, np.int64)
+    if pgas.info()["transports"][right] == "p2p":
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            pgas.free(pgas.peer_array(a, right))
+        assert said.getvalue() == (f"[PE {me}] pgas.free: a is a view of PE {right}'s memory (from "
+                                   "peer_array); nothing freed\n"), said.getvalue()
+    pgas.barrier_all()
+    assert a.copy_to_host().tolist() == [me] * 3
+    pgas.free(a)   # the real free still agrees on every PE (PGAS_DEBUG compares the calls)
 
 
 @simulator_only("PGAS_DEBUG's kernel checks and device wait timeouts are the simulator's (a GPU wait traps)")

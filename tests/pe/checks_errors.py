@@ -91,6 +91,25 @@ def check_bad_shape_and_dtype_arguments():
         pgas.zeros("big", np.int32)
     with raises(r"pgas.empty: dtype must be a numpy dtype"):
         pgas.empty(3, "no-such-dtype")
+    used = pgas.info()["heap_used"]
+    for shape in (1.5, (2, 1.5), True, (2, np.float64(3.0)), "3", None):
+        with raises(r"pgas.zeros: shape must be an int or a tuple of ints, got"):
+            pgas.zeros(shape, np.int32)
+    for dtype in (object, np.dtype([("a", np.int32), ("b", object)])):
+        with raises(r"pgas.empty: dtype must hold plain values, got .*Python objects"):
+            pgas.empty(2, dtype)
+    with raises(r"pgas.zeros: dtype must have a size, got \|S0"):
+        pgas.zeros(2, "S")
+    with raises(r"pgas.full: value must be a int32 scalar or an array broadcastable to shape \(3,\), got 'x'"):
+        pgas.full(3, "x", np.int32)
+    with raises(r"pgas.full: value must be a float64 scalar or an array broadcastable to shape \(3,\), got \[1, 2\]"):
+        pgas.full(3, [1, 2], np.float64)
+    assert pgas.info()["heap_used"] == used   # refused before anything was allocated
+    ok = [pgas.zeros(np.int64(2), np.int8), pgas.zeros((np.uint8(2), 3), "S4"),
+          pgas.full(2, [1, 2], np.dtype([("x", np.int32), ("y", np.float32)]))]
+    assert ok[0].shape == (2,) and ok[1].shape == (2, 3) and ok[2].copy_to_host()["y"].tolist() == [1.0, 2.0]
+    for a in reversed(ok):
+        pgas.free(a)
 
 
 def check_heap_exhaustion_message():

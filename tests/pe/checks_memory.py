@@ -52,6 +52,14 @@ def check_peer_array_sees_the_peer_copy():
     view[1] = 100 + me          # store into the right neighbour's copy
     pgas.barrier_all()
     assert a.copy_to_host()[1] == 100 + left
+    used = pgas.info()["heap_used"]
+    if right != me:
+        pgas.free(view)         # a view of the peer's memory: a no-op (as in nvshmem4py), not collective
+        pgas.free(view[1:])
+    assert pgas.info()["heap_used"] == used
+    pgas.barrier_all()
+    assert pgas.peer_array(a, right).copy_to_host()[1] == 100 + me   # still there, still usable
+    pgas.barrier_all()
     pgas.free(a)
 
 
