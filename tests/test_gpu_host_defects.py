@@ -109,7 +109,7 @@ def fake(monkeypatch):
 
     monkeypatch.setattr(_gpu_state, "_reserved", None, raising=False)
     monkeypatch.setattr(_gpu_state, "_state_layout", lambda: (STATE_ADDRESS, STATE_WORDS))
-    monkeypatch.setattr(_gpu_heap, "select_device", lambda local_rank: 0)
+    monkeypatch.setattr(_gpu_heap, "select_device", lambda local_rank, chosen=None: 0)
     monkeypatch.setattr(cuda, "synchronize", lambda: None)
     return FakeDriver(monkeypatch)
 
@@ -160,7 +160,8 @@ def test_heap_zeroing_and_state_pushes_land_on_the_internal_stream_before_init_r
 
 def test_full_waits_for_its_copy_from_pageable_memory(fake_runtime, fake):
     view = np.zeros(6, np.float32)
-    _memory._fill(fake_runtime, view, 0, view.nbytes, 2.5, "pgas.full")
+    value = _memory._fill_value(2.5, view.shape, view.dtype, "pgas.full")
+    _memory._fill(fake_runtime, view, 0, view.nbytes, value, "pgas.full")
     (dst, src, nbytes, stream), = fake.args("cuMemcpyAsync")
     assert (dst, nbytes, stream) == (view.ctypes.data, view.nbytes, INTERNAL)
     assert fake.calls[-1] == ("cuStreamSynchronize", (INTERNAL,))

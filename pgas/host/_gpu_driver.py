@@ -32,15 +32,16 @@ def checked(result, what: str):
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def select_device(local_rank: int) -> int:
-    """Make the device of local rank ``local_rank`` current (round robin over the visible
-    devices, so CUDA_VISIBLE_DEVICES is honoured and several PEs may share one GPU)."""
+def select_device(local_rank: int, chosen: int | None = None) -> int:
+    """Make ``chosen`` current, or where None the device of local rank ``local_rank`` (round
+    robin over the visible devices, so CUDA_VISIBLE_DEVICES is honoured and several PEs may
+    share one GPU)."""
     from numba import cuda
 
     count = len(cuda.gpus)
     if count == 0:
         raise PgasError("pgas.init: the cuda backend found no visible GPU (check CUDA_VISIBLE_DEVICES)")
-    device = local_rank % count
+    device = local_rank % count if chosen is None else chosen
     cuda.select_device(device)
     return device
 

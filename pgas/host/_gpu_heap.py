@@ -48,12 +48,12 @@ class GpuSymmetricHeap:
 
     device_arrays = True    # its arrays are numba device arrays
 
-    def __init__(self, boot: Bootstrap, size: int, timeout: float):
+    def __init__(self, boot: Bootstrap, size: int, timeout: float, device: int | None = None):
         from cuda.bindings import driver
 
         self.size, self.my_pe = size, boot.my_pe
         self._node_comm = boot.node_comm
-        self.device = select_device(boot.local_pes.index(boot.my_pe))
+        self.device = select_device(boot.local_pes.index(boot.my_pe), device)
         self.bases: list[int | None] = [None] * boot.n_pes
         self._opened: list[int] = []
         self.state = self.base = self.stream = None

@@ -86,7 +86,8 @@ class SymmetricHeap:
 
     device_arrays = False   # its arrays are numpy arrays (wrapped for kernels by _memory)
 
-    def __init__(self, boot: Bootstrap, size: int, timeout: float):
+    def __init__(self, boot: Bootstrap, size: int, timeout: float, device: int | None = None):
+        # ``device``: the simulator has one (0), which init has checked
         self.size = size
         self.my_pe = boot.my_pe
         self._maps: dict[int, mmap.mmap] = {}

@@ -16,7 +16,7 @@ from .._constants import MAX_TEAMS
 
 COLLECTIVE_WORDS = 8  # per team: progress counters of the host collective algorithms
 from .._env import setting, shown
-from .._errors import PgasConfigError, PgasError, PgasTimeoutError
+from .._errors import PgasConfigError, PgasError, PgasTimeoutError, PgasValueError
 from ._allocator import HeapAllocator
 from ._bootstrap import Bootstrap, bootstrap
 from ._heap import SymmetricHeap
@@ -200,24 +200,56 @@ def _heap_class():
     return GpuSymmetricHeap
 
 
-def init(comm=None) -> None:
+def _device_index(device) -> int | None:
+    """The visible-device number that ``init(device=...)`` names (an int or an object with
+    ``device_id``, such as a cuda.core Device), checked; None to let pgas choose."""
+    if device is None:
+        return None
+    index = getattr(device, "device_id", device)
+    from numba import cuda
+    count = len(cuda.gpus)
+    if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) or not 0 <= index < count:
+        raise PgasValueError(f"pgas.init: device must be a device number in [0, {count}) or a cuda.core "
+                             f"Device, got {device!r}")
+    return int(index)
+
+
+def _bootstrap_comm(comm, mpi_comm, initializer_method):
+    """The communicator ``init`` bootstraps from; nvshmem4py's keywords are accepted."""
+    if comm is not None and mpi_comm is not None:
+        raise PgasValueError("pgas.init: give comm or mpi_comm (the same thing), not both")
+    if initializer_method not in (None, "mpi", "emulated_mpi"):
+        raise PgasValueError(f"pgas.init: initializer_method must be 'mpi' or 'emulated_mpi', got "
+                             f"{initializer_method!r} (pgas always bootstraps over MPI: start the PEs with "
+                             "pgasrun or mpiexec, or pass mpi_comm)")
+    return comm if comm is not None else mpi_comm
+
+
+def init(comm=None, *, mpi_comm=None, initializer_method=None, device=None) -> None:
     """Join the job and set up the symmetric heap (collective over the job's PEs).
 
     Parameters
     ----------
     comm : mpi4py.MPI.Comm, optional
         The PEs of the job; default: MPI's world (from ``pgasrun``/``mpiexec``, or this
-        process alone).
+        process alone). ``mpi_comm`` is the same, under nvshmem4py's name.
+    initializer_method : str, optional
+        nvshmem4py's: ``"mpi"`` or ``"emulated_mpi"`` (both bootstrap over MPI, as pgas always does).
+    device : int or cuda.core.Device, optional
+        The GPU of this PE; default: local rank round robin over the visible GPUs (the
+        simulator has one device, 0).
     """
     global _runtime
     if _runtime is not None:
         raise PgasError("pgas.init() was called twice: call pgas.finalize() before initializing again")
+    comm = _bootstrap_comm(comm, mpi_comm, initializer_method)
     heap_class = _heap_class()
+    device = _device_index(device)
     size = setting("PGAS_SYMMETRIC_SIZE")
     debug, timeout = setting("PGAS_DEBUG"), setting("PGAS_TIMEOUT")
     boot = bootstrap(comm)
     _job.record_segments()      # MPI is up: its shared-memory files exist now
-    heap = heap_class(boot, size, timeout)
+    heap = heap_class(boot, size, timeout, device)
     try:
         rt = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
         rt.transports = Transports(boot, heap, timeout)

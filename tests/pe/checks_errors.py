@@ -7,6 +7,7 @@ from numba import cuda
 
 import pgas
 import pgas.device as dev
+from mpi4py import MPI
 from _util import on_simulator, simulator_only
 
 
@@ -155,7 +156,14 @@ def check_init_twice_and_use_after_finalize_then_reinit():
         pgas.my_pe()
     with raises(r"pgas.empty was called after pgas.finalize"):
         pgas.empty(3)
-    pgas.init()
+    with raises(r"pgas.init: initializer_method must be 'mpi' or 'emulated_mpi', got 'uid'"):
+        pgas.init(initializer_method="uid")
+    with raises(r"pgas.init: give comm or mpi_comm"):
+        pgas.init(MPI.COMM_WORLD, mpi_comm=MPI.COMM_WORLD)
+    with raises(r"pgas.init: device must be a device number in \[0, \d+\) or a cuda.core Device, got 99"):
+        pgas.init(device=99)
+    assert not pgas.is_initialized()
+    pgas.init(mpi_comm=MPI.COMM_WORLD, initializer_method="mpi", device=0)   # nvshmem4py's keywords
     a = pgas.zeros(1, np.int32)
     device_p[1, 1](a, pgas.my_pe())  # device state is found again after the cycle
     assert a.copy_to_host()[0] == 1
