@@ -3,7 +3,8 @@
 numba's simulated ``cuda.atomic`` and ``threadfence`` act only within one process, but
 PEs are separate processes sharing mappings. These few LLVM IR functions, compiled once
 with llvmlite and called through ctypes, give acquire loads, release stores and fences
-that hold across processes on any CPU architecture.
+that hold across processes on any CPU architecture, and the atomics of the device API
+(integer read-modify-writes and compare-swap; float add, exchange and compare-swap).
 """
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import numpy as np
 
 from ._errors import PgasValueError
 
-__all__ = ["load_acquire", "fence", "rmw", "compare_swap", "int64_word", "check_word",
+__all__ = ["load_acquire", "fence", "rmw", "compare_swap", "int64_word", "check_word", "check_dtype",
            "as_bits", "from_bits",
-           "ORDERED_DTYPES", "INTEGER_DTYPES", "RMW_OPS"]
+           "ORDERED_DTYPES", "INTEGER_DTYPES", "FLOAT_DTYPES", "RMW_OPS", "BITWISE_OPS"]
 
 # numpy dtype -> (LLVM type, alignment, ctypes type)
 _TYPES = {
@@ -31,7 +32,9 @@ ORDERED_DTYPES = tuple(_TYPES)
 INTEGER_DTYPES = tuple(d for d in _TYPES if d.kind in "iu")
 # Floats are exchanged and compared as their bit patterns, through the same-size integer.
 _BITS = {np.dtype(np.float32): np.dtype(np.uint32), np.dtype(np.float64): np.dtype(np.uint64)}
+FLOAT_DTYPES = tuple(_BITS)
 RMW_OPS = ("xchg", "add", "and", "or", "xor")
+BITWISE_OPS = ("and", "or", "xor")          # integers only
 
 _IR_PER_TYPE = """
 define {t} @load_acquire_{t}({t}* %p) {{
@@ -46,6 +49,12 @@ define void @store_release_{t}({t}* %p, {t} %v) {{
 _IR_PER_INT = """
 define {t} @rmw_{op}_{t}({t}* %p, {t} %v) {{
   %old = atomicrmw {op} {t}* %p, {t} %v seq_cst
+  ret {t} %old
+}}
+"""
+_IR_FADD = """
+define {t} @rmw_fadd_{t}({t}* %p, {t} %v) {{
+  %old = atomicrmw fadd {t}* %p, {t} %v seq_cst
   ret {t} %old
 }}
 """
@@ -76,6 +85,7 @@ class _Compiled:
         ir = _IR_FENCE + "".join(_IR_PER_TYPE.format(t=t, a=a) for t, a in llvm_types.items())
         ir += "".join(_IR_PER_INT.format(t=t, op=op) for t in ("i32", "i64") for op in RMW_OPS)
         ir += "".join(_IR_CAS.format(t=t) for t in ("i32", "i64"))
+        ir += "".join(_IR_FADD.format(t=_TYPES[d][0]) for d in FLOAT_DTYPES)
         module = llvm.parse_assembly(ir)
         module.verify()
         machine = llvm.Target.from_default_triple().create_target_machine()
@@ -91,6 +101,8 @@ class _Compiled:
                     self.rmws[dtype, op] = ctypes.CFUNCTYPE(ctype, ctypes.c_void_p, ctype)(
                         address(f"rmw_{op}_{t}"))
                 self.cas[dtype] = ctypes.CFUNCTYPE(ctype, ctypes.c_void_p, ctype, ctype)(address(f"cas_{t}"))
+            else:       # float add is arithmetic in the float type (exchange and CAS go by the bits)
+                self.rmws[dtype, "add"] = ctypes.CFUNCTYPE(ctype, ctypes.c_void_p, ctype)(address(f"rmw_fadd_{t}"))
         self.fence = ctypes.CFUNCTYPE(None)(address("fence_seq_cst"))
 
 
@@ -107,10 +119,14 @@ def _get() -> _Compiled:
     return _compiled
 
 
-def _checked(arr: np.ndarray, fn: str, what: str, allowed=ORDERED_DTYPES):
-    if arr.dtype not in allowed:
+def _check_dtype(dtype: np.dtype, fn: str, what: str, allowed) -> None:
+    if dtype not in allowed:
         names = ", ".join(str(d) for d in allowed)
-        raise PgasValueError(f"{fn}: {what} must have one of the dtypes {names}, got {arr.dtype}")
+        raise PgasValueError(f"{fn}: {what} must have one of the dtypes {names}, got {dtype}")
+
+
+def _checked(arr: np.ndarray, fn: str, what: str, allowed=ORDERED_DTYPES):
+    _check_dtype(arr.dtype, fn, what, allowed)
     if arr.size == 0:
         raise PgasValueError(f"{fn}: {what} is empty; it needs at least one element")
     return arr.__array_interface__["data"][0]
@@ -142,15 +158,20 @@ def _from_int(dtype: np.dtype, bits: int):
 
 
 def _dtypes_for(op: str) -> tuple:
-    """The dtypes atomic ``op`` takes: arithmetic and bitwise ops integers only; exchange,
-    compare-swap and loads also floats (as bit patterns)."""
-    return INTEGER_DTYPES if op in RMW_OPS and op != "xchg" else ORDERED_DTYPES
+    """The dtypes atomic ``op`` takes: the bitwise ops integers only; add also floats
+    (arithmetic in the type); exchange, compare-swap and loads also floats (as bit patterns)."""
+    return INTEGER_DTYPES if op in BITWISE_OPS else ORDERED_DTYPES
 
 
 def check_word(arr: np.ndarray, fn: str, what: str, op: str) -> None:
     """The checks ``rmw`` (``op``), ``compare_swap`` (``"cas"``) or ``load_acquire``
     (``"load"``) make, for an atomic another agent (the NIC) will apply."""
     _checked(arr, fn, what, _dtypes_for(op))
+
+
+def check_dtype(dtype, fn: str, what: str, op: str) -> None:
+    """PgasValueError naming ``what`` unless atomic ``op`` (as for ``check_word``) takes ``dtype``."""
+    _check_dtype(np.dtype(dtype), fn, what, _dtypes_for(op))
 
 
 def as_bits(dtype: np.dtype, value) -> int:
@@ -166,12 +187,16 @@ def from_bits(dtype: np.dtype, bits: int):
 def rmw(arr: np.ndarray, op: str, value, fn: str, what: str):
     """Atomically apply ``op`` (one of RMW_OPS) with ``value`` to element 0; returns the old value.
 
-    ``xchg`` also takes float32/float64; the arithmetic and bitwise ops take integers only.
+    ``xchg`` and ``add`` also take float32/float64 (``add`` adds in the float type, ``xchg``
+    moves the bits); the bitwise ops take integers only.
     """
     dtype = arr.dtype
     address = _checked(arr, fn, what, _dtypes_for(op))
+    compiled = _get()
+    if dtype in _BITS and op == "add":
+        return dtype.type(compiled.rmws[dtype, op](address, float(value)))
     int_dtype = _BITS.get(dtype, dtype)
-    old = _get().rmws[int_dtype, op](address, _as_int(dtype, value))
+    old = compiled.rmws[int_dtype, op](address, _as_int(dtype, value))
     return _from_int(dtype, old)
 
 

@@ -26,9 +26,9 @@ import numpy as np
 from ._constants import CMP_NAMES
 from ._errors import PgasError, PgasTimeoutError, PgasValueError
 
-__all__ = ["KINDS", "KIND", "TIMEOUT", "BARRIER_TIMEOUT", "device_error", "timeout_error", "value_waited_for",
-           "arrivals_waited_for", "from_record", "RECORD_WORDS", "FN_BYTES", "WHAT_BYTES", "WHY_BYTES", "TEXT_WORD",
-           "MAILBOX_BYTES"]
+__all__ = ["KINDS", "KIND", "TIMEOUT", "BARRIER_TIMEOUT", "SET_TIMEOUT", "device_error", "timeout_error",
+           "value_waited_for", "ivar_waited_for", "arrivals_waited_for", "from_record", "RECORD_WORDS", "FN_BYTES",
+           "WHAT_BYTES", "WHY_BYTES", "TEXT_WORD", "MAILBOX_BYTES"]
 
 FN_BYTES, WHAT_BYTES, WHY_BYTES = 64, 32, 96
 TEXT_WORD = 9
@@ -66,6 +66,7 @@ def _describe(kind: int, fn: str, what: str, why: str, a, b, c) -> PgasError:
 
 
 TIMEOUT, BARRIER_TIMEOUT = 13, 14   # waits past PGAS_TIMEOUT (texts from timeout_error)
+SET_TIMEOUT = 16    # a wait on a set of ivars: a = cmp + 8 * the index named, b = its value, c = the value seen
 
 
 def device_error(kind: str, fn: str, what: str = "", why: str = "", a=0, b=0, c=0) -> PgasError:
@@ -80,6 +81,11 @@ def timeout_error(fn: str, timeout: float, waiting_for: str) -> PgasTimeoutError
 
 def value_waited_for(what: str, cmp, value, seen) -> str:
     return f"{what} {CMP_NAMES.get(cmp, cmp)} {value} (last value seen: {seen})"
+
+
+def ivar_waited_for(what: str, index: int, cmp, value, seen) -> str:
+    """A wait on a set of ivars (wait_until_all/any/some): the first included one not satisfied."""
+    return f"{value_waited_for(f'{what}[{index}]', cmp, value, seen)}, the first included one not satisfied"
 
 
 def arrivals_waited_for(missing: list, team) -> str:
@@ -114,6 +120,8 @@ def from_record(words: np.ndarray, timeout: float) -> PgasError | None:
     fn, what, why = (text[s:s + n].decode("utf-8", "replace") for s, n in zip(starts, sizes))
     if kind == TIMEOUT:
         error = timeout_error(fn, timeout, value_waited_for(what, a, _as_dtype(b, why), _as_dtype(c, why)))
+    elif kind == SET_TIMEOUT:
+        error = timeout_error(fn, timeout, ivar_waited_for(what, a >> 3, a & 7, _as_dtype(b, why), _as_dtype(c, why)))
     elif kind == BARRIER_TIMEOUT:
         missing = [pe_ for pe_ in range(64) if b >> pe_ & 1] + (["..."] if c > bin(b).count("1") else [])
         error = timeout_error(fn, timeout, arrivals_waited_for(missing, a))

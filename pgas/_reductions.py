@@ -1,26 +1,44 @@
-"""Reduction operators and the dtypes they take (host and device collectives)."""
+"""Reduction operators and the dtypes they take (host and device collectives).
+
+Every op takes the integer types and bool; ``and``/``or``/``xor`` take no float type.
+Results keep the element type, as numpy's ufuncs do with ``out=``: integers wrap
+(``int8`` 100 + 100 is -56), and on ``bool`` ``sum`` is logical or and ``prod`` logical
+and (``np.add``/``np.multiply`` on bool), ``min`` is and, ``max`` is or.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from ._errors import PgasValueError
 
-__all__ = ["OPS", "REDUCTION_DTYPES", "reduction_ufunc"]
+__all__ = ["OPS", "BITWISE_OPS", "INTEGER_DTYPES", "FLOAT_DTYPES", "REDUCTION_DTYPES", "ops_for",
+           "reduction_ufunc"]
 
 OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
        "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
-_BITWISE = ("and", "or", "xor")
-REDUCTION_DTYPES = tuple(np.dtype(d) for d in (np.int32, np.int64, np.uint32, np.uint64,
-                                                np.float16, np.float32, np.float64))
+BITWISE_OPS = ("and", "or", "xor")
+INTEGER_DTYPES = tuple(np.dtype(d) for d in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+                                             np.int64, np.uint64))
+FLOAT_DTYPES = tuple(np.dtype(d) for d in (np.float16, np.float32, np.float64))
+REDUCTION_DTYPES = (*INTEGER_DTYPES, *FLOAT_DTYPES, np.dtype(np.bool_))
+
+
+def ops_for(dtype) -> tuple:
+    """ops_for(dtype) -> the names of the ops that reduce ``dtype`` (empty if none do)."""
+    dtype = np.dtype(dtype)
+    if dtype not in REDUCTION_DTYPES:
+        return ()
+    return tuple(op for op in OPS if dtype.kind != "f" or op not in BITWISE_OPS)
 
 
 def reduction_ufunc(fn: str, op, dtype: np.dtype):
-    """The numpy ufunc of ``op`` for ``dtype``, or a PgasValueError saying what is allowed."""
+    """reduction_ufunc(fn, op, dtype) -> the numpy ufunc of ``op`` for ``dtype``, or a
+    PgasValueError saying what is allowed."""
     if op not in OPS:
         raise PgasValueError(f"{fn}: op must be one of {', '.join(OPS)}, got {op!r}")
     if dtype not in REDUCTION_DTYPES:
         names = ", ".join(str(d) for d in REDUCTION_DTYPES)
         raise PgasValueError(f"{fn}: reductions take the dtypes {names}; got {dtype}")
-    if op in _BITWISE and dtype.kind == "f":
-        raise PgasValueError(f"{fn}: op {op!r} needs an integer dtype, got {dtype}")
+    if op not in ops_for(dtype):
+        raise PgasValueError(f"{fn}: op {op!r} needs an integer or bool dtype, got {dtype}")
     return OPS[op]

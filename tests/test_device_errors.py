@@ -107,6 +107,15 @@ def test_a_barrier_past_the_timeout_names_the_missing_pes():
     assert str(error) == on_gpu("pgas.device.barrier_all: waited PGAS_TIMEOUT=5 s for PEs [1, 3] to arrive (team 0)")
 
 
+def test_a_wait_on_a_set_past_the_timeout_names_the_ivar_and_its_value():
+    """The simulator's text (pe check checks_device_sync) from a record: a = cmp + 8 * index."""
+    error = from_record(record(_device_errors.SET_TIMEOUT, "pgas.device.wait_until_any_vector", "ivars", "uint32",
+                               a=pgas.CMP_GE + 8 * 3, b=7, c=2), timeout=5.0)
+    assert isinstance(error, pgas.PgasTimeoutError)
+    assert str(error) == on_gpu("pgas.device.wait_until_any_vector: waited PGAS_TIMEOUT=5 s for ivars[3] >= 7 "
+                                "(last value seen: 2), the first included one not satisfied")
+
+
 def test_an_empty_or_half_written_mailbox_is_no_error():
     words = record(KIND["PE_RANGE"], "pgas.device.put", "pe", a=5, b=2)
     for state in (0, 1):

@@ -6,6 +6,8 @@ only fail now and then are pinned down here.
 - host copies from pageable memory (state pushes, ``pgas.full``) have landed on return;
 - ``stream=None`` is the runtime's internal stream, synchronized where the call blocks;
 - a wait queued on a stream keeps its result word until the stream is done with it;
+- nbi copies and signals are queued and not waited for; host atomics launch the device
+  atomic and read back what it fetched;
 - PEs of a node on different GPUs need peer access with native atomics;
 - a strided signal is refused with the argument's name.
 """
@@ -265,3 +267,40 @@ def test_the_device_finds_the_mailbox_and_the_host_reads_what_a_check_wrote_ther
     assert str(error) == "tid=[0, 0, 0] ctaid=[0, 0, 0]: pgas.device.put: pe must be within [0, 2), got 5 [on PE 0]"
     heap.close()
     assert fake.names().count("cuMemFreeHost") == 1
+
+
+def test_nbi_copies_and_signals_are_queued_and_not_waited_for(fake_runtime, fake, monkeypatch):
+    monkeypatch.setattr(_gpu_ops, "_signal_kernel", _RecordedKernel(fake))
+    monkeypatch.setattr(_gpu_ops, "numba_stream", lambda handle: handle)
+    _gpu_ops.copy(np.zeros(4), np.ones(4), 4, None, "pgas.put_nbi", nbi=True)
+    _gpu_ops.signal_op(np.zeros(1, np.uint64), 1, pgas.SIGNAL_SET, 0, None, "pgas.put_signal_nbi", nbi=True)
+    assert fake.names() == ["cuMemcpyAsync", "launch"]     # on the internal stream, nothing waited for
+    assert fake.args("cuMemcpyAsync")[0][3] == INTERNAL and fake.calls[1][1][0] == INTERNAL
+    _gpu_ops.flush(0x777, "pgas.flush")
+    assert fake.calls[-1] == ("cuStreamSynchronize", (0x777,))
+
+
+def test_host_atomics_run_the_device_atomic_and_fetch_its_value(fake_runtime, fake, monkeypatch):
+    kernels = []
+
+    def recorded(name, operands, fetch):
+        kernels.append((name, operands, fetch))
+        return _RecordedKernel(fake)
+    monkeypatch.setattr(_gpu_ops, "_atomic_kernel", recorded)
+    monkeypatch.setattr(_gpu_ops, "numba_stream", lambda handle: handle)
+    monkeypatch.setattr(_gpu_ops, "device_array_at", lambda address, shape, dtype: ("scratch", address))
+    fake.answers["cuMemcpyDtoHAsync"] = lambda host, device, nbytes, stream: ctypes.memmove(
+        host, np.array([2.5], np.float32).ctypes.data, nbytes)
+    dest = np.zeros(1, np.float32)
+    old = _gpu_ops.atomic("atomic_fetch_add", 1, True, dest, np.float32(0), np.float32(1.5), 1, 0x777, "f")
+    assert old == np.float32(2.5) and type(old) is np.float32
+    # a fetching atomic waits for its stream, then reads the word the kernel wrote
+    assert fake.names() == ["cuMemAllocAsync", "launch", "cuStreamSynchronize", "cuMemcpyDtoHAsync",
+                            "cuStreamSynchronize", "cuMemFreeAsync"]
+    assert fake.calls[1][1] == (0x777, (dest, np.float32(0), np.float32(1.5), 1, ("scratch", 0x2000_0000)))
+    del fake.calls[:]
+    assert _gpu_ops.atomic("atomic_inc", 0, False, dest, 0, 1, 0, 0x777, "f") is None
+    assert fake.names() == ["launch"]                       # queued on the given stream
+    _gpu_ops.atomic("atomic_inc", 0, False, dest, 0, 1, 0, None, "f")
+    assert fake.calls[-1] == ("cuStreamSynchronize", (INTERNAL,))
+    assert kernels == [("atomic_fetch_add", 1, True), ("atomic_inc", 0, False), ("atomic_inc", 0, False)]

@@ -125,6 +125,12 @@ def test_barrier_epoch_and_arrivals_are_atomic(report):
     assert "st.release" not in body and "st.relaxed" not in body          # no flag is stored over
 
 
+def test_narrow_and_bool_reductions_compile_and_float_bitwise_ones_are_refused(report):
+    body = entry(report["ptx"]["narrow_reductions"])   # int8 sum_reduce, bool xor_reduce_warp
+    assert re.search(r"st(\.global)?\.u8", body) and "xor.pred" in body
+    assert "op 'xor' needs an integer or bool dtype, got float32" in report["float_xor_reduce"]
+
+
 def test_block_and_warp_copies_move_16_bytes_at_a_time(report):
     for label in ("put_block", "put_warp"):
         body = entry(report["ptx"][label])
@@ -144,3 +150,30 @@ def test_device_checks_record_an_error_and_trap(report):
     assert as_ptx_bytes("pgas.device.put_block") in ptx     # the function's name, copied into the record
     for label in ("spin_on_g", "barrier"):                   # range/reachability and team checks, timeouts
         assert "pgas_record_error" in entry(report["ptx"][label]), label
+
+
+def test_float_atomic_add_is_atom_add_f32_f64_sequentially_consistent(report):
+    for dtype in ("float32", "float64"):
+        for name in ("atomic_add", "atomic_fetch_add"):
+            assert f"{name}[{dtype}]" in report["compiled"]
+    body = entry(report["ptx"]["float_atomics"])
+    assert re.search(r"fence\.sc\.sys;\s*atom\.acquire\.sys\.add\.f32", body)
+    assert re.search(r"fence\.sc\.sys;\s*atom\.acquire\.sys\.add\.f64", body)
+
+
+def test_host_atomic_and_signal_fetch_kernels_compile(report):
+    for name in ("signal_fetch", "atomic_fetch_add", "atomic_compare_swap", "atomic_inc", "atomic_fetch_xor"):
+        assert report["cubin_bytes"].get(f"host.{name}", 0) > 0, (name, report["failed"].get(f"host.{name}"))
+
+
+def test_a_wait_on_a_set_rereads_every_ivar_each_pass_and_backs_off(report):
+    body = entry(report["ptx"]["wait_until_any"])
+    assert "ld.global.nc" not in body
+    # a loop whose body acquire-loads the ivars, then sleeps, then branches back to its head
+    assert re.search(r"\$(L__BB\d+_\d+):.*?ld\.acquire\.sys\.b64.*?nanosleep\.u32.*?bra(\.uni)?\s+\$\1;", body, re.S)
+    assert "%globaltimer" in body and "pgas_record_error" in body      # PGAS_TIMEOUT, recorded as an error
+
+
+def test_a_bitwise_atomic_on_a_float_is_refused_with_pgas_text(report):
+    assert ("pgas.device.atomic_and / atomic_fetch_and: dest must have one of the dtypes int32, uint32, int64, "
+            "uint64, got float32") in report["float_atomic_and"]

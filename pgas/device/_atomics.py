@@ -1,11 +1,14 @@
 """Device atomics on element 0 of a symmetric array, at any PE (this one included).
 
 Types: int32, int64, uint32, uint64; ``atomic_fetch``, ``atomic_set``, ``atomic_swap`` and
-``atomic_compare_swap`` also float32 and float64 (compared and exchanged as bit patterns).
-Every atomic is sequentially consistent and atomic with respect to atomics of every PE.
-The non-fetching forms (``atomic_set``, ``atomic_inc``, ``atomic_add``, ...) to a PE on
-another node return once the NIC has the request; they are complete at ``quiet``.
-Integer results wrap as on the GPU (``atomic_add(u64, -1)`` subtracts one).
+``atomic_compare_swap`` also float32 and float64 (compared and exchanged as bit patterns),
+and ``atomic_add``/``atomic_fetch_add`` also float32 and float64 (added in the type:
+``atom.add.f32/.f64`` on a GPU; through a NIC, which has no float add, a compare-and-swap
+loop on the bit pattern). Every atomic is sequentially consistent and atomic with respect
+to atomics of every PE. The non-fetching forms (``atomic_set``, ``atomic_inc``,
+``atomic_add``, ...) to a PE on another node return once the NIC has the request; they are
+complete at ``quiet`` (a float ``atomic_add`` there waits for its loop, so it is complete on
+return). Integer results wrap as on the GPU (``atomic_add(u64, -1)`` subtracts one).
 """
 from __future__ import annotations
 
@@ -53,6 +56,8 @@ def atomic_inc(dest, pe):
 
 
 _BINARY = {"add": RMW_ADD, "and": RMW_AND, "or": RMW_OR, "xor": RMW_XOR}
+_TYPES = {"add": "integer, float32 and float64 dtypes", "and": "integer dtypes", "or": "integer dtypes",
+          "xor": "integer dtypes"}
 
 
 def _make(op: str, fetch: bool):
@@ -65,12 +70,13 @@ def _make(op: str, fetch: bool):
             fn = _p.name(label)
             return _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, rmw_op, value, "dest", True)
         atomic.__doc__ = (f"{name}(dest, value, pe) -> old: atomically ``dest[0] = dest[0] {op} value`` "
-                          "on PE ``pe``; returns the old value (integer dtypes).")
+                          f"on PE ``pe``; returns the old value ({_TYPES[op]}).")
     else:
         def atomic(dest, value, pe):
             fn = _p.name(label)
             _p.remote_rmw(fn, _p.local(dest, fn, "dest"), pe, rmw_op, value, "dest", False)
-        atomic.__doc__ = f"{name}(dest, value, pe): atomically ``dest[0] = dest[0] {op} value`` on PE ``pe``."
+        atomic.__doc__ = (f"{name}(dest, value, pe): atomically ``dest[0] = dest[0] {op} value`` on PE ``pe`` "
+                          f"({_TYPES[op]}).")
     atomic.__name__ = atomic.__qualname__ = name
     return atomic
 

@@ -1,22 +1,24 @@
 """Device collectives over a team: broadcast, fcollect, alltoall, <op>_reduce, <op>_reducescatter.
 
-One thread per PE calls the plain forms; every thread of one block calls the ``_block``
-forms, with the same arguments, and they share the work. Every member reads what it
-needs from its peers' copies (the same path as ``get``: load/store between the PEs of a
-node, the NIC between nodes) between team synchronizations: the first says every member's ``src`` is ready,
-the last that every member has finished reading. An all-reduce is a reduce-scatter
-(member r reduces block r of everyone's ``src``) then an all-gather of the finished
-blocks, so each element is reduced once (by its block's owner) and ``dest`` may be
-``src``. Results are identical on every member.
+One thread per PE calls the plain forms; every thread of one warp (block) calls the
+``_warp`` (``_block``) forms, with the same arguments, and they share the work (where a
+peer is reached through the NIC, the group's first thread posts the request). Every
+member reads what it needs from its peers' copies (the same path as ``get``: load/store
+between the PEs of a node, the NIC between nodes) between team synchronizations: the
+first says every member's ``src`` is ready, the last that every member has finished
+reading. An all-reduce is a reduce-scatter (member r reduces block r of everyone's
+``src``) then an all-gather of the finished blocks, so each element is reduced once (by
+its block's owner) and ``dest`` may be ``src``. Results are identical on every member.
+Dtypes and ops: ``pgas/_reductions.py`` (every integer type, float16/32/64 and bool).
 """
 from __future__ import annotations
 
-from .._reductions import OPS
-from ._codes import BLOCK, THREAD, reduce_code
+from .._reductions import OPS, REDUCTION_DTYPES, ops_for
+from ._codes import BLOCK, THREAD, WARP, reduce_code
 from ._primitives import prim as _p
 from ._sync import _grouped_sync
 
-__all__ = ["broadcast", "fcollect", "alltoall", "broadcast_block", "fcollect_block", "alltoall_block"]
+__all__: list[str] = []   # filled below, one entry per generated function
 
 
 @_p.jit_array
@@ -111,6 +113,7 @@ def _reduce(fn, scope, team, dest, src, op):
 
 
 _SCOPES = {"": (THREAD, "One thread per PE calls it."),
+           "_warp": (WARP, "Every thread of one warp calls it with the same arguments; they share the work."),
            "_block": (BLOCK, "Every thread of one block calls it with the same arguments; they share the work.")}
 
 
@@ -156,13 +159,15 @@ def _make_reduction(op, scatter, suffix):
     reduction.__name__ = reduction.__qualname__ = name
     what = ("member i keeps block i of the element-wise result in ``dest``" if scatter else
             "``dest`` on every member = the element-wise result over all members' ``src``")
-    reduction.__doc__ = f"{name}(team, dest, src): reduce with {op}; {what}. {who}"
+    dtypes = ", ".join(str(d) for d in REDUCTION_DTYPES if op in ops_for(d))
+    reduction.__doc__ = f"{name}(team, dest, src): reduce with {op}; {what}. {who} Dtypes: {dtypes}."
     return reduction
 
 
 for _suffix in _SCOPES:
     for _f in _make_data_movers(_suffix):
         globals()[_f.__name__] = _f
+        __all__.append(_f.__name__)
     for _op in OPS:
         for _scatter in (False, True):
             _f = _make_reduction(_op, _scatter, _suffix)

@@ -31,13 +31,13 @@ from numba.cuda import nvvmutils
 from numba.cuda.extending import intrinsic
 
 from .._constants import CMP_NAMES, MAX_TEAMS, SIGNAL_ADD, SIGNAL_SET
-from .._device_errors import BARRIER_TIMEOUT, KIND, TIMEOUT
+from .._device_errors import BARRIER_TIMEOUT, KIND, SET_TIMEOUT, TIMEOUT
 from .._env import setting
 from .._errors import PgasError
 from .._reductions import reduction_ufunc
 from .._waiting import compare
 from . import _cuda_ptx as ptx
-from ._codes import BLOCK, PRIMITIVES, REDUCE_OPS, THREAD, reduce_code
+from ._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, THREAD, reduce_code
 
 __all__ = [*PRIMITIVES, "STATE_ADDRESS", "STATE_WORDS"]
 
@@ -72,7 +72,12 @@ def jit_array(function):
     return cuda.jit(device=True, inline="always")(function)
 
 
-device_function = jit
+def device_function(function):
+    """A public device function: compiled as a helper (``jit``), or as ``jit_array`` where
+    it returns an array (marked ``function.returns_array = True``)."""
+    return jit_array(function) if getattr(function, "returns_array", False) else jit(function)
+
+
 name = ptx.name
 
 
@@ -179,15 +184,37 @@ def local(arr, fn, what):
 plain = local
 
 
+@jit_array
+def plain_or_none(arr, fn, what):
+    return ptx.flat_or_none(arr)
+
+
 @jit
-def _peer_address(arr, pe, fn, what):
-    """The address of ``arr``'s first element in PE ``pe``'s mapped heap."""
+def peer_address(arr, pe, fn):
+    """The address of ``arr``'s first element in PE ``pe``'s mapped heap; 0 where this PE
+    has no load/store path to it (another node)."""
     if pe < 0 or pe >= _state_word(_N_PES):
         _fail(_PE_RANGE, fn, "pe", "", pe, _state_word(_N_PES), 0)
     base = np.uint64(_state_word(_PEER_BASES + pe))
     if base == 0:
-        _fail(_UNREACHABLE, fn, what, "", pe, 0, 0)
+        return np.uint64(0)
     return base + (ptx.address_of(arr) - np.uint64(_state_word(_HEAP_BASE)))
+
+
+@jit
+def _peer_address(arr, pe, fn, what):
+    """``peer_address``, for a PE that must be load/store reachable."""
+    address = peer_address(arr, pe, fn)
+    if address == 0:
+        _fail(_UNREACHABLE, fn, what, "", pe, 0, 0)
+    return address
+
+
+@jit_array
+def peer_view(arr, pe, fn):
+    """PE ``pe``'s copy of ``arr`` (same type, shape and strides); every extent 0 where
+    ``peer_address`` is 0."""
+    return ptx.view_at(peer_address(arr, pe, fn), arr)
 
 
 @jit_array
@@ -221,10 +248,13 @@ def copy_strided(dst, dst_stride, src, src_stride, nelems, rank, size):
 
 @jit
 def _combine(op, a, b):
+    """a ``op`` b in the element type: numba computes 8- and 16-bit integers and booleans
+    in int64, so the result is cast back (integers wrap, as numpy's do; on bool the sum
+    becomes logical or and the product logical and, numpy's ``add``/``multiply``)."""
     if op == _SUM:
-        return a + b
+        return ptx.cast_like(a, a + b)
     if op == _PROD:
-        return a * b
+        return ptx.cast_like(a, a * b)
     if op == _MIN:
         return a if a < b else b
     if op == _MAX:
@@ -378,6 +408,21 @@ def wait_for_value(fn, word, what, cmp, value):
 
 
 @jit
+def wait_start(fn):
+    """The clock of one wait loop (``wait_pause``)."""
+    return ptx.globaltimer()
+
+
+@jit
+def wait_pause(fn, clock, ivars, index, what, cmp, value):
+    """Back off once in a wait on ``ivars``; past PGAS_TIMEOUT record ``what[index] <cmp>
+    value`` (the first included ivar not satisfied) and the value seen there, and trap."""
+    if _timed_out(clock):
+        seen = load_acquire(ivars[index:], fn, what)
+        _fail(SET_TIMEOUT, fn, what, ivars, cmp + 8 * index, ptx.cast_like(seen, value), seen)
+
+
+@jit
 def wait_for_arrivals(fn, team, words, epoch):
     started = ptx.globaltimer()
     members = team_size(team, fn)
@@ -420,6 +465,9 @@ def check_copy(fn, dst, dst_name, dst_stride, src, src_name, src_stride, nelems)
         _fail(_NEGATIVE, fn, "nelems", "", nelems, 0, 0)
     _check_fits(fn, dst_name, dst, dst_stride, nelems)
     _check_fits(fn, src_name, src, src_stride, nelems)
+
+
+cast_like = ptx.cast_like
 
 
 @jit
@@ -481,6 +529,20 @@ def _same_dtype(typingctx, name_a, a, name_b, b):
 
 
 @intrinsic
+def check_dtype_set(typingctx, fn, what, arr, allowed):
+    """Refuse ``arr`` unless its dtype is in DTYPE_SETS[allowed]: an intrinsic, so that the
+    caller's constant code arrives as a literal (typed only then: None makes numba retype
+    the call with the literal)."""
+    if not isinstance(allowed, types.IntegerLiteral):
+        return None
+    names = DTYPE_SETS[allowed.literal_value]
+    if str(arr.dtype) not in names:
+        raise TypingError(f"pgas.device: {_literal(what)} must have one of the dtypes {', '.join(names)}, "
+                          f"got {arr.dtype}")
+    return types.void(fn, what, arr, allowed), _noop
+
+
+@intrinsic
 def _signal_dtype(typingctx, signal):
     if str(signal.dtype) not in ("uint64", "int64"):
         raise TypingError(f"pgas.device: signal must be a uint64 (or int64) symmetric array, got {signal.dtype}")
@@ -489,9 +551,12 @@ def _signal_dtype(typingctx, signal):
 
 @intrinsic
 def _reduction_dtype(typingctx, op, arr):
-    if isinstance(op, types.IntegerLiteral):
-        try:
-            reduction_ufunc("pgas.device", REDUCE_OPS[op.literal_value], np.dtype(str(arr.dtype)))
-        except PgasError as exc:
-            raise TypingError(str(exc)) from None
+    """Refuse a reduction of ``arr``'s dtype that ``op`` does not take. Typed only with a
+    literal op (None otherwise makes numba retype the callers with the literal code)."""
+    if not isinstance(op, types.IntegerLiteral):
+        return None
+    try:
+        reduction_ufunc("pgas.device", REDUCE_OPS[op.literal_value], np.dtype(str(arr.dtype)))
+    except PgasError as exc:
+        raise TypingError(str(exc)) from None
     return types.void(op, arr), _noop

@@ -27,9 +27,9 @@ from numba.cuda.extending import intrinsic
 from .._device_errors import FN_BYTES, TEXT_WORD, WHAT_BYTES, WHY_BYTES
 from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, reduce_code
 
-__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "int64_view", "ld_relaxed",
-           "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "copy16", "cast_like", "warp_mask", "globaltimer",
-           "string_argument", "word_argument", "call_record_error", "bitwise"]
+__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "view_at", "int64_view",
+           "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "copy16", "cast_like", "warp_mask",
+           "globaltimer", "string_argument", "word_argument", "call_record_error", "bitwise"]
 
 _I64 = ir.IntType(64)
 _REGISTER = {8: "h", 16: "h", 32: "r", 64: "l"}
@@ -107,6 +107,39 @@ def flat_view(typingctx, address, arr):
 
 
 @intrinsic
+def flat_or_none(typingctx, arr):
+    """An array's elements as a 1-D C array in place, or None for None (chosen by the type,
+    so that None never becomes an Optional array)."""
+    if isinstance(arr, types.NoneType):
+        return arr(arr), lambda context, builder, sig, args: context.get_constant_null(sig.return_type)
+    if not isinstance(arr, types.Array):
+        return None
+    result = types.Array(arr.dtype, 1, "C")
+
+    def codegen(context, builder, sig, args):
+        source = context.make_array(sig.args[0])(context, builder, value=args[0])
+        return _view(context, builder, result, builder.ptrtoint(source.data, _I64), source.nitems)
+    return result(arr), codegen
+
+
+@intrinsic
+def view_at(typingctx, address, arr):
+    """An array of ``arr``'s type, shape and strides at ``address``; where ``address`` is 0,
+    every extent is 0 (an empty array, as nvshmem_ptr's NULL)."""
+    def codegen(context, builder, sig, args):
+        source = context.make_array(sig.args[1])(context, builder, value=args[1])
+        out = context.make_array(sig.return_type)(context, builder)
+        null = builder.icmp_unsigned("==", args[0], ir.Constant(_I64, 0))
+        zero = context.get_constant(types.intp, 0)
+        shape = [builder.select(null, zero, extent) for extent in cgutils.unpack_tuple(builder, source.shape)]
+        context.populate_array(out, data=builder.inttoptr(args[0], out.data.type), shape=shape,
+                               strides=cgutils.unpack_tuple(builder, source.strides), itemsize=source.itemsize,
+                               meminfo=None)
+        return out._getvalue()
+    return arr(types.uint64, arr), codegen
+
+
+@intrinsic
 def int64_view(typingctx, address, count):
     result = types.Array(types.int64, 1, "C")
 
@@ -178,6 +211,13 @@ def _atomic_word(dtype):
                           f"got {dtype}")
 
 
+def _bitwise_word(rmw: str, dtype):
+    """and/or/xor act on integers only (the simulator's text, for both names that reach it)."""
+    if rmw in ("and", "or", "xor") and isinstance(dtype, types.Float):
+        raise TypingError(f"pgas.device.atomic_{rmw} / atomic_fetch_{rmw}: dest must have one of the dtypes "
+                          f"int32, uint32, int64, uint64, got {dtype}")
+
+
 @intrinsic
 def atomic(typingctx, op, address, like, value):
     """Sequentially consistent atomic ``op`` (an RMW_* literal) at ``address``; the old value."""
@@ -186,7 +226,8 @@ def atomic(typingctx, op, address, like, value):
     dtype = like.dtype
     _atomic_word(dtype)
     rmw = _ATOM_OPS[op.literal_value]
-    exact = rmw == "add"    # add does arithmetic in the type; the others move bits
+    _bitwise_word(rmw, dtype)
+    exact = rmw == "add"    # add does arithmetic in the type (atom.add.f32/.f64 for floats); the others move bits
 
     def codegen(context, builder, sig, args):
         width = _width(context, dtype)
@@ -336,14 +377,14 @@ def call_record_error(builder, context, arguments):
 
 @intrinsic
 def bitwise(typingctx, op, a, b):
-    """a and/or/xor b for the and/or/xor reduction codes on integers; floats return a (a
-    bitwise reduction of floats is refused when the kernel compiles)."""
+    """a and/or/xor b for the and/or/xor reduction codes on integers and booleans; floats
+    return a (a bitwise reduction of floats is refused when the kernel compiles)."""
     and_code, or_code = reduce_code("and"), reduce_code("or")
 
     def codegen(context, builder, sig, args):
         op_value, x, y = args
         y = context.cast(builder, y, sig.args[2], sig.args[1])
-        if not isinstance(sig.args[1], types.Integer):
+        if not isinstance(sig.args[1], (types.Integer, types.Boolean)):
             return x
         result = builder.xor(x, y)
         result = builder.select(builder.icmp_signed("==", op_value, ir.Constant(op_value.type, or_code)),

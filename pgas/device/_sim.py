@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from .. import _cpu_atomics
-from .._device_errors import arrivals_waited_for, device_error
+from .._device_errors import arrivals_waited_for, device_error, ivar_waited_for
 from .._checks import (check_contiguous, check_dtypes_match, check_nonnegative, check_pe, check_root,
                        check_sig_op, check_signal)
 from .._errors import PgasError, PgasTimeoutError, PgasValueError
@@ -26,7 +26,7 @@ from .._waiting import wait_for_value as _wait_for_value
 from ..host import _runtime
 from ..host._memory import as_ndarray
 from ..host._team_table import team_of
-from ._codes import BLOCK, PRIMITIVES, REDUCE_OPS, RMW_NAMES, THREAD, WARP
+from ._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, RMW_NAMES, THREAD, WARP
 
 __all__ = list(PRIMITIVES)
 
@@ -104,20 +104,53 @@ def _flat(data: np.ndarray, fn: str, what: str) -> np.ndarray:
     return data.reshape(-1)
 
 
-def local(arr, fn: str, what: str) -> np.ndarray:
-    """This PE's copy of a symmetric kernel argument, flat (checked symmetric)."""
+def _symmetric(arr, fn: str, what: str) -> np.ndarray:
+    """A symmetric kernel argument as this PE's numpy array (checked symmetric)."""
     rt = runtime(fn)
     data = as_ndarray(arr, fn, what)
     if rt.debug:
         _check_allocated(rt, data, fn, what)
     else:
         rt.heap.offset_of(data, fn, what)
-    return _flat(data, fn, what)
+    return data
+
+
+def local(arr, fn: str, what: str) -> np.ndarray:
+    """This PE's copy of a symmetric kernel argument, flat (checked symmetric)."""
+    return _flat(_symmetric(arr, fn, what), fn, what)
+
+
+def _peer_copy(arr, pe, fn: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """(this PE's ``arr``, PE ``pe``'s copy of it as mapped in this process, or None where
+    ``pe`` is on another node)."""
+    data = _symmetric(arr, fn, "arr")
+    rt = runtime(fn)
+    pe = check_pe(fn, pe, rt.n_pes)
+    return data, rt.heap.view_on(pe, data, fn, "arr") if rt.heap.reachable(pe) else None
+
+
+def peer_address(arr, pe, fn: str) -> np.uint64:
+    """The address of PE ``pe``'s copy of ``arr`` in this process (its mapping of that PE's
+    heap, where ``peer_view``'s array lies), or 0 where ``pe`` is on another node."""
+    view = _peer_copy(arr, pe, fn)[1]
+    return np.uint64(0 if view is None else view.__array_interface__["data"][0])
+
+
+def peer_view(arr, pe, fn: str) -> np.ndarray:
+    """PE ``pe``'s copy of ``arr`` (same shape and strides) in this process's mapping of its
+    heap; where ``pe`` is on another node an array of the same dtype and ndim, every extent 0."""
+    data, view = _peer_copy(arr, pe, fn)
+    return np.empty((0,) * data.ndim, data.dtype) if view is None else view
 
 
 def plain(arr, fn: str, what: str) -> np.ndarray:
     """Any array argument (symmetric or not), flat."""
     return _flat(as_ndarray(arr, fn, what), fn, what)
+
+
+def plain_or_none(arr, fn: str, what: str) -> np.ndarray | None:
+    """An optional array argument: None, or the array flat (``plain``)."""
+    return None if arr is None else plain(arr, fn, what)
 
 
 def barrier_words(team, fn: str) -> np.ndarray:
@@ -247,6 +280,17 @@ def wait_for_arrivals(fn: str, team, words: np.ndarray, epoch) -> None:
                                                     members.handle))
 
 
+def wait_start(fn: str) -> Wait:
+    """The clock of one wait loop (``wait_pause``)."""
+    return Wait(fn, runtime(fn).timeout)
+
+
+def wait_pause(fn: str, clock: Wait, ivars: np.ndarray, index: int, what: str, cmp, value) -> None:
+    """Back off once in a wait on flat ``ivars``; past PGAS_TIMEOUT fail naming
+    ``what[index] <cmp> value`` (the first included ivar not satisfied) and its value."""
+    clock.pause(lambda: ivar_waited_for(what, index, cmp, value, load_acquire(ivars[index:], fn, what)))
+
+
 def device_function(function):
     """Every public device function, in the simulator: errors also name the calling PE
     (numba's simulator adds the thread and block)."""
@@ -330,6 +374,19 @@ def check_copy(fn: str, dst: np.ndarray, dst_name: str, dst_stride, src: np.ndar
         if nelems and (nelems - 1) * stride + 1 > arr.size:
             raise device_error("COPY_FITS", fn, name, a=arr.size, b=nelems, c=stride)
 
+
+
+def cast_like(like, value):
+    """``value`` converted to the dtype of numpy scalar ``like`` as the GPU converts it
+    (integers wrap, floats truncate), so that comparisons agree between backends."""
+    return np.asarray(value).astype(like.dtype)[()]
+
+
+def check_dtype_set(fn: str, what: str, arr: np.ndarray, allowed: int) -> None:
+    """``arr``'s dtype must be in DTYPE_SETS[allowed] (on a GPU, refused when the kernel compiles)."""
+    if arr.dtype.name not in DTYPE_SETS[allowed]:
+        raise PgasValueError(f"{fn}: {what} must have one of the dtypes {', '.join(DTYPE_SETS[allowed])}, "
+                             f"got {arr.dtype}")
 
 
 def check_size(fn: str, what: str, have: int, need: int, why: str) -> None:

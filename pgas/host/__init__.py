@@ -1,4 +1,6 @@
 """The host runtime of pgas (re-exported as ``pgas.*``)."""
+from ._atomics import *  # noqa: F401,F403
+from ._atomics import __all__ as _atomics_all
 from ._collectives import *  # noqa: F401,F403
 from ._collectives import __all__ as _collectives_all
 from ._info import *  # noqa: F401,F403
@@ -16,4 +18,5 @@ from ._sync import __all__ as _sync_all
 from ._teams import *  # noqa: F401,F403
 from ._teams import __all__ as _teams_all
 
-__all__ = _runtime_all + _memory_all + _rma_all + _signal_all + _sync_all + _teams_all + _collectives_all + _info_all
+__all__ = (_runtime_all + _memory_all + _rma_all + _signal_all + _atomics_all + _sync_all + _teams_all
+           + _collectives_all + _info_all)

@@ -10,8 +10,11 @@ PEs share one set of signal words and barrier epochs.
 waits for nor holds up the legacy default stream and user streams), and the call returns
 when the work is done; as in NVSHMEM, it is not ordered after work the caller queued on
 other streams (synchronize that first). With a stream the work is queued on it and the
-call returns at once. The host argument checks are made before any of this (``_rma``,
-``_signal``, ``_collectives``).
+call returns at once. The non-blocking forms (``nbi=True``: ``put_nbi``, ``get_nbi``,
+``put_signal_nbi``) are queued and not waited for, with or without a stream; a call that
+returns a fetched value (``signal_fetch``, the fetching atomics) waits for its stream. The
+host argument checks are made before any of this (``_rma``, ``_signal``, ``_atomics``,
+``_collectives``).
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ from ._gpu_driver import checked, device_array_at, numba_stream, stream_handle, 
 from ._heap import array_span
 from ._runtime import device_error_behind, runtime
 
-__all__ = ["copy", "signal_op", "signal_wait_until", "quiet", "team_barrier", "collective"]
+__all__ = ["copy", "signal_op", "signal_wait_until", "signal_fetch", "atomic", "quiet", "flush", "team_barrier",
+           "collective"]
 
 COLLECTIVE_THREADS = 512   # one block runs a host-called collective
 
@@ -38,6 +42,11 @@ def _finish(handle: int, stream, fn: str) -> None:
     """With no stream given, wait for the work; a kernel that stopped is named as such."""
     if stream is not None:
         return
+    _wait(handle, fn)
+
+
+def _wait(handle: int, fn: str) -> None:
+    """Wait for the work queued on stream ``handle``; a kernel that stopped is named as such."""
     try:
         synchronize(handle)
     except PgasError as exc:
@@ -47,9 +56,9 @@ def _finish(handle: int, stream, fn: str) -> None:
         raise PgasError(f"{fn}: the GPU work failed ({exc})") from None
 
 
-def copy(dst, src, nelems: int, stream, fn: str) -> None:
+def copy(dst, src, nelems: int, stream, fn: str, nbi: bool = False) -> None:
     """Copy ``nelems`` elements from contiguous ``src`` (host or device) to device ``dst``
-    (or device to host: any pair the unified address space allows)."""
+    (or device to host: any pair the unified address space allows); ``nbi``: not waited for."""
     from cuda.bindings import driver
 
     handle = _handle(stream, fn)
@@ -57,13 +66,35 @@ def copy(dst, src, nelems: int, stream, fn: str) -> None:
     if nbytes:
         dst_address, src_address = array_span(dst, fn, "dest")[0], array_span(src, fn, "src")[0]
         checked(driver.cuMemcpyAsync(dst_address, src_address, nbytes, handle), f"{fn}: cuMemcpyAsync")
-    _finish(handle, stream, fn)
+    if not nbi:
+        _finish(handle, stream, fn)
 
 
-def _launch(kernel, threads: int, stream, fn: str, *args) -> None:
+def _launch(kernel, threads: int, stream, fn: str, *args, nbi: bool = False) -> None:
     handle = _handle(stream, fn)
     kernel[1, threads, numba_stream(handle)](*args)
-    _finish(handle, stream, fn)
+    if not nbi:
+        _finish(handle, stream, fn)
+
+
+def _fetch(kernel, dtype, stream, fn: str, *args, queued: bool = False):
+    """Run the one-thread ``kernel(*args, out)`` on ``stream``, ``out`` a one-element scratch
+    array of ``dtype``; returns ``out[0]`` once it has run. With ``queued`` and a stream,
+    returns None at once instead (the work stays queued)."""
+    from cuda.bindings import driver
+
+    handle = _handle(stream, fn)
+    # The word the kernel writes into is freed in the stream's order: a kernel queued on a
+    # user's stream may run long after this call has returned.
+    with stream_scratch(np.dtype(dtype).itemsize, handle, fn) as address:
+        kernel[1, 1, numba_stream(handle)](*args, device_array_at(address, (1,), dtype))
+        if queued and stream is not None:
+            return None
+        _wait(handle, fn)
+        out = np.empty(1, dtype)    # read once the kernel is done
+        checked(driver.cuMemcpyDtoHAsync(out.ctypes.data, address, out.nbytes, handle), f"{fn}: cuMemcpyDtoHAsync")
+        synchronize(handle)
+        return out[0]
 
 
 @cuda.jit
@@ -75,6 +106,11 @@ def _signal_kernel(signal, value, sig_op, pe):
 @cuda.jit
 def _wait_kernel(signal, cmp, value, seen):
     seen[0] = dev.signal_wait_until(signal, cmp, value)
+
+
+@cuda.jit
+def _fetch_kernel(signal, out):
+    out[0] = dev.signal_fetch(signal)
 
 
 @cuda.jit
@@ -92,27 +128,71 @@ def _sync_kernel(team):
     dev.sync(team)
 
 
-def signal_op(signal, value: int, sig_op: int, pe: int, stream, fn: str) -> None:
+def signal_op(signal, value: int, sig_op: int, pe: int, stream, fn: str, nbi: bool = False) -> None:
     """Update PE ``pe``'s ``signal[0]`` after everything queued before it on ``stream``."""
-    _launch(_signal_kernel, 1, stream, fn, signal, value, sig_op, pe)
+    _launch(_signal_kernel, 1, stream, fn, signal, value, sig_op, pe, nbi=nbi)
 
 
 def signal_wait_until(signal, cmp: int, value: int, stream, fn: str):
     """Wait until ``signal[0] <cmp> value``: the value seen, or None when queued on a stream."""
-    from cuda.bindings import driver
+    return _fetch(_wait_kernel, signal.dtype, stream, fn, signal, cmp, value, queued=True)
 
-    handle = _handle(stream, fn)
-    # The word the kernel writes what it saw into is freed in the stream's order: a wait
-    # queued on a user's stream may run long after this call has returned.
-    with stream_scratch(signal.dtype.itemsize, handle, fn) as address:
-        _launch(_wait_kernel, 1, stream, fn, signal, cmp, value, device_array_at(address, (1,), signal.dtype))
-        if stream is not None:
-            return None
-        seen = np.empty(1, signal.dtype)    # read once the kernel is done (_launch waited)
-        checked(driver.cuMemcpyDtoHAsync(seen.ctypes.data, address, seen.nbytes, handle),
-                f"{fn}: cuMemcpyDtoHAsync")
-        synchronize(handle)
-        return seen[0]
+
+def signal_fetch(signal, fn: str):
+    """The local ``signal[0]``, read on the device with acquire ordering."""
+    return _fetch(_fetch_kernel, signal.dtype, None, fn, signal)
+
+
+_ATOMIC_KERNELS: dict = {}
+
+
+def _atomic_kernel(name: str, operands: int, fetch: bool):
+    """The one-thread kernel ``(dest, cond, value, pe[, out])`` that runs device atomic
+    ``name``, compiled on first use. ``operands``: what the atomic takes between ``dest``
+    and ``pe`` (0: nothing, 1: ``value``, 2: ``cond, value``); ``fetch``: it stores the
+    fetched value in ``out[0]``."""
+    key = (name, fetch)
+    if key not in _ATOMIC_KERNELS:
+        device_atomic = getattr(dev, name)
+        if operands == 0:
+            def apply(dest, cond, value, pe):
+                return device_atomic(dest, pe)
+        elif operands == 1:
+            def apply(dest, cond, value, pe):
+                return device_atomic(dest, value, pe)
+        else:
+            def apply(dest, cond, value, pe):
+                return device_atomic(dest, cond, value, pe)
+        apply = cuda.jit(device=True)(apply)
+        if fetch:
+            def run(dest, cond, value, pe, out):
+                out[0] = apply(dest, cond, value, pe)
+        else:
+            def run(dest, cond, value, pe):
+                apply(dest, cond, value, pe)
+        _ATOMIC_KERNELS[key] = cuda.jit(run)
+    return _ATOMIC_KERNELS[key]
+
+
+def atomic(name: str, operands: int, fetch: bool, dest, cond, value, pe: int, stream, fn: str):
+    """Device atomic ``name`` on element 0 of PE ``pe``'s ``dest`` (``cond`` and ``value``
+    of ``dest``'s dtype; see ``_atomic_kernel``), in a one-thread kernel on ``stream``.
+    Fetching: returns the value once the kernel has run (it waits for the stream). Else
+    returns None: queued on a stream, or done on return without one."""
+    kernel = _atomic_kernel(name, operands, fetch)
+    if fetch:
+        return _fetch(kernel, dest.dtype, stream, fn, dest, cond, value, pe)
+    _launch(kernel, 1, stream, fn, dest, cond, value, pe)
+    return None
+
+
+def flush(stream, fn: str) -> None:
+    """Wait until the copies queued on ``stream`` have run (None: all of this PE's GPU
+    work), so that their sources may be reused from the host."""
+    if stream is None:
+        cuda.synchronize()
+    else:
+        _wait(_handle(stream, fn), fn)
 
 
 def quiet(stream, fn: str) -> None:

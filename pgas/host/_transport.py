@@ -203,11 +203,28 @@ class Transports:
         return self.read(fn, pe, word[:1], what)[0]
 
     def rmw(self, fn: str, pe: int, word: np.ndarray, op: str, value, what: str, fetch: bool = True):
-        """Atomic ``op`` (one of _cpu_atomics.RMW_OPS) on PE ``pe``'s ``word[0]``; the old value."""
+        """Atomic ``op`` (one of _cpu_atomics.RMW_OPS) on PE ``pe``'s ``word[0]``; the old value
+        when ``fetch`` (else, through the NIC, nothing: complete at ``quiet``)."""
         if not self._remote(fn, pe):
             return _cpu_atomics.rmw(self.heap.view_on(pe, word[:1], fn, what), op, value, fn, what)
         _cpu_atomics.check_word(word, fn, what, op)
+        if op == "add" and word.dtype in _cpu_atomics.FLOAT_DTYPES:
+            return self._float_add(fn, pe, word, value, what)
         return self._atomic(fn, pe, word, _AMO[op], value, 0, what, fetch)
+
+    def _float_add(self, fn: str, pe: int, word: np.ndarray, value, what: str):
+        """Float add through the NIC, which only adds integers: read the word, then
+        compare-and-swap its bit pattern from ``old`` to ``old + value`` (added in the
+        word's type, as the GPU does) until no other atomic came in between; the old value.
+        It waits for each round trip, so a non-fetching float add is complete on return."""
+        dtype = word.dtype
+        addend = dtype.type(value)
+        old = self._atomic(fn, pe, word, proxy.AMO_FETCH, 0, 0, what, True)
+        while True:
+            seen = self._atomic(fn, pe, word, proxy.AMO_CAS, old + addend, old, what, True)
+            if _cpu_atomics.as_bits(dtype, seen) == _cpu_atomics.as_bits(dtype, old):
+                return old
+            old = seen      # another PE's atomic came first: try again from what it left
 
     def compare_swap(self, fn: str, pe: int, word: np.ndarray, cond, value, what: str):
         if not self._remote(fn, pe):

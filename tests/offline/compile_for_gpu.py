@@ -19,8 +19,9 @@ from numba import cuda, types
 
 CC = (9, 0)
 ROOT = Path(__file__).resolve().parents[2]
-ARRAY_PARAMS = {"dest", "src", "ivar", "signal"}
-FLOAT_OK = {"atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap", "p", "g", "put", "get",
+ARRAY_PARAMS = {"dest", "src", "ivar", "signal", "arr", "ivars", "status", "indices", "values"}
+FLOAT_OK = {"atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap", "atomic_add", "atomic_fetch_add",
+            "p", "g", "put", "get",
             "sum_reduce", "max_reduce", "sum_reducescatter", "broadcast", "fcollect", "alltoall"}
 WAITS = ["wait_until", "signal_wait_until", "barrier_all", "sync_all", "barrier", "sync_block"]
 
@@ -32,6 +33,8 @@ def call_kernel(name: str, dtype):
     namespace = {"dev": dev}
     exec(f"def kernel({args}{', ' if args else ''}out):\n    out[0] = dev.{name}({args}) or 0\n"
          if name in RETURNS else
+         f"def kernel({args}{', ' if args else ''}out):\n    out[0] = dev.{name}({args})[0]\n"
+         if name in RETURNS_ARRAY else
          f"def kernel({args}{', ' if args else ''}out):\n    dev.{name}({args})\n", namespace)
     signature = []
     for p in params:
@@ -46,7 +49,10 @@ def call_kernel(name: str, dtype):
 
 RETURNS = {"my_pe", "n_pes", "team_my_pe", "team_n_pes", "team_translate_pe", "g", "test",
            "signal_fetch", "signal_wait_until", "atomic_fetch", "atomic_swap", "atomic_compare_swap",
-           "atomic_fetch_inc", "atomic_fetch_add", "atomic_fetch_and", "atomic_fetch_or", "atomic_fetch_xor"}
+           "atomic_fetch_inc", "atomic_fetch_add", "atomic_fetch_and", "atomic_fetch_or", "atomic_fetch_xor",
+           "ptr", *(f"{kind}_{mode}{form}" for kind in ("wait_until", "test") for mode in ("all", "any", "some")
+                    for form in ("", "_vector") if (kind, mode) != ("wait_until", "all"))}
+RETURNS_ARRAY = {"peer_array"}
 
 
 def example_kernels():
@@ -95,6 +101,16 @@ def atomics(dest, out, pe):
     out[2] = dev.atomic_fetch(dest, pe)
 
 
+def float_atomics(dest32, dest64, pe):
+    dev.atomic_add(dest32, 1.5, pe)
+    dest64[1] = dev.atomic_fetch_add(dest64, 2.5, pe)
+
+
+def float_atomic_and(dest, pe):
+    """Refused when it compiles: no bitwise atomic on floats."""
+    dev.atomic_and(dest, 1, pe)
+
+
 def put_block(dest, src, pe):
     dev.put_block(dest, src, pe)
 
@@ -107,6 +123,21 @@ def barrier_of(team):
     dev.barrier(team)
 
 
+def narrow_reductions(team, d8, s8, db, sb):
+    """8-bit integers and booleans: numba computes them in int64, pgas casts back."""
+    dev.sum_reduce(team, d8, s8)
+    dev.xor_reduce_warp(team, db, sb)
+
+
+def float_xor_reduce(team, dest, src):
+    """Refused when it compiles: no bitwise reduction of floats."""
+    dev.xor_reduce(team, dest, src)
+
+
+def wait_any_of(ivars, status, out):
+    out[0] = dev.wait_until_any(ivars, status, dev.CMP_EQ, 1)
+
+
 def ptx_kernels():
     """(label, python function, signature) of the small kernels whose PTX the tests read."""
     i64, u64, f32 = types.int64[::1], types.uint64[::1], types.float32[::1]
@@ -114,9 +145,13 @@ def ptx_kernels():
     yield "wait_on_uint64_signal", wait_on_uint64_signal, (u64, u64)
     yield "p_then_g", p_then_g, (i64, types.int32, i64)
     yield "atomics", atomics, (i64, i64, types.int32)
+    yield "float_atomics", float_atomics, (f32, types.float64[::1], types.int32)
     yield "put_block", put_block, (f32, f32, types.int32)
     yield "put_warp", put_warp, (f32, f32, types.int32)
     yield "barrier", barrier_of, (types.int64,)
+    i8, b = types.int8[::1], types.boolean[::1]
+    yield "narrow_reductions", narrow_reductions, (types.int64, i8, i8, b, b)
+    yield "wait_until_any", wait_any_of, (i64, types.int32[::1], i64)
 
 
 def host_operation_kernels():
@@ -126,6 +161,15 @@ def host_operation_kernels():
     i64, u64, f64 = types.int64, types.uint64[::1], types.float64[::1]
     yield "host.signal_op", ops._signal_kernel.py_func, (u64, i64, i64, i64)
     yield "host.signal_wait_until", ops._wait_kernel.py_func, (u64, i64, i64, u64)
+    yield "host.signal_fetch", ops._fetch_kernel.py_func, (u64, u64)
+    # host atomics: a kernel per name (a sample of names, arities and dtypes)
+    for name, operands, fetch, dtype in (("atomic_fetch_add", 1, True, types.float32),
+                                         ("atomic_compare_swap", 2, True, types.float64),
+                                         ("atomic_inc", 0, False, types.int64),
+                                         ("atomic_fetch_xor", 1, True, types.uint32)):
+        tail = (dtype[::1],) if fetch else ()
+        yield (f"host.{name}", ops._atomic_kernel(name, operands, fetch).py_func,
+               (dtype[::1], dtype, dtype, i64) + tail)
     yield "host.quiet", ops._quiet_kernel.py_func, ()
     yield "host.barrier", ops._barrier_kernel.py_func, (i64,)
     yield "host.sync", ops._sync_kernel.py_func, (i64,)
@@ -195,6 +239,16 @@ def main():
     report["ptx"] = {}
     for label, function, signature in ptx_kernels():
         report["ptx"][label], _ = cuda.compile_ptx(function, signature, cc=CC)
+    try:
+        cuda.compile_ptx(float_xor_reduce, (types.int64, types.float32[::1], types.float32[::1]), cc=CC)
+        report["float_xor_reduce"] = "compiled"
+    except Exception as exc:
+        report["float_xor_reduce"] = str(exc)
+    try:
+        cuda.compile_ptx(float_atomic_and, (types.float32[::1], types.int32), cc=CC)
+        report["float_atomic_and"] = "compiled"
+    except Exception as exc:
+        report["float_atomic_and"] = str(exc)
     for label, function, signature in [*example_kernels(), user, *host_operation_kernels()]:
         try:
             ptx, _ = cuda.compile_ptx(function, signature, cc=CC)

@@ -1,11 +1,12 @@
-"""Device atomics: exact totals under contention across PEs, a spin lock, scripted sequences."""
+"""Device and host atomics: exact totals under contention across PEs (host and device at
+once), a spin lock, scripted sequences, float add, errors."""
 import numpy as np
 import pytest
 from numba import cuda
 
 import pgas
 import pgas.device as dev
-from _util import ring_neighbours, world
+from _util import ring_neighbours, simulator_only, world
 
 INT_DTYPES = [np.int32, np.int64, np.uint32, np.uint64]
 FLOAT_DTYPES = [np.float32, np.float64]
@@ -57,6 +58,9 @@ def float_script_kernel(dest, pe, out):
     out[2] = dev.atomic_compare_swap(dest, -2.25, 8.0, pe)   # hit
     out[3] = dev.atomic_compare_swap(dest, -2.25, 9.0, pe)   # miss
     out[4] = dev.atomic_fetch(dest, pe)                  # 8.0
+    out[5] = dev.atomic_fetch_add(dest, 0.25, pe)        # 8.0 -> 8.25
+    dev.atomic_add(dest, -2.5, pe)                       # 5.75
+    out[6] = dev.atomic_fetch(dest, pe)                  # 5.75
 
 
 @cuda.jit
@@ -67,8 +71,16 @@ def unsigned_wrap_kernel(dest, pe, out):
 
 
 @cuda.jit
-def float_add_kernel(dest):
-    dev.atomic_add(dest, 1.0, 0)
+def float_and_kernel(dest):
+    dev.atomic_and(dest, 1, 0)
+
+
+@cuda.jit
+def mixed_add_kernel(counter, fcounter, fetched, iterations, target):
+    t = cuda.threadIdx.x
+    for i in range(iterations):
+        fetched[t * iterations + i] = dev.atomic_fetch_add(counter, 1, target)
+        dev.atomic_add(fcounter, 0.5, target)
 
 
 def check_fetch_add_under_contention_is_exact():
@@ -136,11 +148,11 @@ def check_scripted_float_sequence_fetch_set_swap_compare_swap():
     me, n, right, _ = ring_neighbours()
     for dtype in FLOAT_DTYPES:
         words = pgas.zeros(n, dtype)
-        out = np.zeros(5, dtype)
+        out = np.zeros(7, dtype)
         float_script_kernel[1, 1](words[me:], right, out)
-        assert out.tolist() == [1.5, 1.5, -2.25, 8.0, 8.0], dtype
+        assert out.tolist() == [1.5, 1.5, -2.25, 8.0, 8.0, 8.0, 5.75], dtype
         pgas.barrier_all()
-        assert words.copy_to_host()[(me - 1) % n] == 8.0
+        assert words.copy_to_host()[(me - 1) % n] == 5.75
         pgas.free(words)
 
 
@@ -154,9 +166,113 @@ def check_unsigned_atomics_wrap_like_the_gpu():
         pgas.free(words)
 
 
+@simulator_only("a dtype the device refuses is a compile error on cuda (tests/test_offline_gpu_compile.py)")
 def check_atomic_errors_name_function_argument_and_dtypes():
     a = pgas.zeros(1, np.float32)
-    with pytest.raises(pgas.PgasError, match=r"pgas.device.atomic_add: dest must have one of the dtypes "
+    with pytest.raises(pgas.PgasError, match=r"pgas.device.atomic_and: dest must have one of the dtypes "
                                              r"int32, uint32, int64, uint64, got float32 \[on PE \d\]"):
-        float_add_kernel[1, 1](a)
+        float_and_kernel[1, 1](a)
     pgas.free(a)
+
+
+def check_host_atomics_every_op_and_dtype_from_every_pe_at_once():
+    """All 14 host atomics on every dtype they take: every PE works on PE 0's words at
+    once (add/inc, or, xor, and), and a fetch/set/swap/compare_swap script on its right
+    neighbour; nvshmem4py's keywords (dst=, remote_pe=) in some calls."""
+    me, n, right, _ = ring_neighbours()
+    for dtype in INT_DTYPES + FLOAT_DTYPES:
+        kind = np.dtype(dtype).type
+        integer = np.dtype(dtype).kind in "iu"
+        words = pgas.zeros(4, dtype)   # on PE 0: [0] adds, [1] or, [2] xor, [3] and
+        slots = pgas.zeros(n, dtype)
+        if integer and me == 0:
+            pgas.atomic_set(words[3:], -1, 0)          # all ones (wraps, as on the GPU)
+        pgas.barrier_all()
+        pgas.atomic_add(words, 1, 0)
+        pgas.atomic_inc(dst=words, remote_pe=0)
+        old = pgas.atomic_fetch_add(words, 2, pe=0)
+        assert type(old) is kind and 0 <= old <= 5 * n - 2, (dtype, old)
+        old = pgas.atomic_fetch_inc(words, remote_pe=0)
+        assert type(old) is kind and 0 <= old <= 5 * n - 1, (dtype, old)
+        if integer:
+            pgas.atomic_or(words[1:], 1 << (2 * me), 0)
+            assert pgas.atomic_fetch_or(words[1:], 1 << (2 * me + 1), 0) & (3 << (2 * me)) == 1 << (2 * me)
+            pgas.atomic_xor(words[2:], 3 << (2 * me), 0)
+            assert pgas.atomic_fetch_xor(words[2:], 1 << (2 * me), 0) & (3 << (2 * me)) == 3 << (2 * me)
+            pgas.atomic_and(words[3:], ~(1 << (2 * me)), 0)
+            assert pgas.atomic_fetch_and(words[3:], ~(2 << (2 * me)), 0) & (3 << (2 * me)) == 2 << (2 * me)
+        # a script on my slot at my right neighbour (this PE when alone)
+        unit = 1 if integer else 0.5
+        mine = slots[me:]
+        pgas.atomic_set(mine, 3 * unit, right)
+        assert pgas.atomic_fetch(mine, right) == 3 * unit, dtype
+        assert pgas.atomic_swap(mine, 5 * unit, remote_pe=right) == 3 * unit, dtype
+        assert pgas.atomic_compare_swap(mine, 5 * unit, 7 * unit, right) == 5 * unit, dtype       # hit
+        assert pgas.atomic_compare_swap(dst=mine, cond=5 * unit, value=9 * unit, remote_pe=right) == 7 * unit  # miss
+        pgas.barrier_all()
+        bits = (1 << (2 * n)) - 1
+        expected = [5 * n] + ([bits, sum(2 << (2 * pe) for pe in range(n)), np.array(~bits).astype(dtype)[()]]
+                              if integer else [0, 0, 0])
+        assert [pgas.atomic_fetch(words[i:], 0) for i in range(4)] == expected, dtype   # read on every PE
+        assert slots.copy_to_host()[(me - 1) % n] == 7 * unit, dtype
+        pgas.barrier_all()
+        pgas.free(slots)
+        pgas.free(words)
+
+
+def check_host_atomics_and_device_atomics_at_once_are_exact():
+    """Odd PEs run host fetch_adds while even PEs run a kernel of device fetch_adds (and
+    float adds) on the same words of the last PE: every old value is seen exactly once."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    threads, iterations, host_ops = 8, 10, 80
+    target = n - 1
+    counter = pgas.zeros(1, np.int64)
+    fcounter = pgas.zeros(1, np.float32)
+    fetched = []
+    pgas.barrier_all()
+    if me % 2 == 0:
+        out = np.zeros(threads * iterations, np.int64)
+        mixed_add_kernel[1, threads](counter, fcounter, out, iterations, target)
+        fetched.append(out)
+    if me % 2 == 1 or n == 1:
+        out = np.array([pgas.atomic_fetch_add(counter, 1, target) for _ in range(host_ops)], np.int64)
+        for _ in range(host_ops):
+            pgas.atomic_add(fcounter, 0.5, target)
+        fetched.append(out)
+    pgas.barrier_all()
+    seen = np.sort(np.concatenate(world().allgather(np.concatenate(fetched))))
+    assert np.array_equal(seen, np.arange(seen.size)), seen
+    assert pgas.atomic_fetch(counter, target) == seen.size
+    assert pgas.atomic_fetch(fcounter, target) == seen.size * 0.5
+    pgas.barrier_all()
+    pgas.free(fcounter)
+    pgas.free(counter)
+
+
+def check_host_atomic_errors_name_the_argument():
+    n = pgas.n_pes()
+    f, i8, i32 = pgas.zeros(1, np.float32), pgas.zeros(1, np.int8), pgas.zeros(2, np.int32)
+    with pytest.raises(pgas.PgasError, match=r"pgas.atomic_and: dest must have one of the dtypes "
+                                             r"int32, uint32, int64, uint64, got float32"):
+        pgas.atomic_and(f, 1, 0)
+    with pytest.raises(pgas.PgasError, match=r"pgas.atomic_fetch_add: dest must have one of the dtypes "
+                                             r"int32, uint32, int64, uint64, float32, float64, got int8"):
+        pgas.atomic_fetch_add(i8, 1, 0)
+    with pytest.raises(pgas.PgasError, match=rf"pgas.atomic_fetch: pe must be within \[0, {n}\), got {n}"):
+        pgas.atomic_fetch(i32, n)
+    with pytest.raises(pgas.PgasError, match=r"pgas.atomic_swap: pe must be within \[0, \d+\), got -1"):
+        pgas.atomic_swap(i32, 1, remote_pe=-1)
+    with pytest.raises(pgas.PgasError, match=r"pgas.atomic_add: value must be an integer \(dest is int32\), "
+                                             r"got 1.5"):
+        pgas.atomic_add(i32, 1.5, 0)
+    with pytest.raises(pgas.PgasError, match=r"pgas.atomic_compare_swap: cond must be a real number "
+                                             r"\(dest is float32\), got 'x'"):
+        pgas.atomic_compare_swap(f, "x", 1.0, 0)
+    with pytest.raises(pgas.PgasError, match=r"pgas.atomic_inc: pe was given twice, as pe and as remote_pe"):
+        pgas.atomic_inc(i32, 0, remote_pe=0)
+    with pytest.raises(pgas.PgasError, match=r"pgas.atomic_set: dest is empty"):
+        pgas.atomic_set(i32[2:], 1, 0)
+    with pytest.raises(pgas.PgasError, match=r"pgas.atomic_fetch: dest"):
+        pgas.atomic_fetch(np.zeros(1, np.int32), 0)      # not symmetric
+    for a in (i32, i8, f):
+        pgas.free(a)

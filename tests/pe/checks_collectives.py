@@ -6,6 +6,7 @@ import pgas
 from _util import on_simulator, pattern
 
 DTYPES = [np.int32, np.int64, np.uint32, np.uint64, np.float16, np.float32, np.float64]
+NARROW_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.bool_]   # values over their whole range
 OPS = ["sum", "prod", "min", "max", "and", "or", "xor"]
 # The host algorithms are the simulator's; on cuda a host reduction is the device one (auto).
 EXPLICIT_ALGORITHMS = ["oneshot", "ring", "tree"] if on_simulator() else ["auto"]
@@ -18,6 +19,29 @@ def inputs(pe: int, count: int, dtype, op: str) -> np.ndarray:
     if op == "prod":
         return (pattern(pe, count, np.int64) % 2 + 1).astype(dtype)
     return (pattern(pe, count, np.int64) % 11).astype(dtype)
+
+
+def full_range(pe: int, count: int, dtype) -> np.ndarray:
+    """Per-PE values over the whole range of a narrow integer dtype, the first the largest
+    (so sums and products over 2 PEs or more wrap there at least), or random booleans. An
+    integer reduction wraps the same in any order."""
+    rng = np.random.default_rng(1000 + pe)
+    if np.dtype(dtype) == np.bool_:
+        return rng.integers(0, 2, count).astype(np.bool_)
+    info = np.iinfo(dtype)
+    values = rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+    values[:1] = info.max
+    return values
+
+
+def expected_wrapped(op: str, arrays: list) -> np.ndarray:
+    """``expected``, and for integer sums and products over 2 or more PEs a check that
+    the values do wrap (the exact result leaves the dtype's range somewhere)."""
+    want = expected(op, arrays)
+    if op in ("sum", "prod") and len(arrays) > 1 and arrays[0].dtype.kind in "iu":
+        exact = expected(op, [a.astype(object) for a in arrays])
+        assert (exact != want).any(), ("no element wraps", arrays[0].dtype, op)
+    return want
 
 
 def expected(op: str, arrays: list) -> np.ndarray:
@@ -78,6 +102,29 @@ def check_reduce_in_place_and_64_mib():
         want = expected("sum", [inputs(pe, count, np.float32, "sum") for pe in range(n)])
         assert np.array_equal(data.copy_to_host(), want), algorithm
     pgas.free(data)
+
+
+def check_reduce_narrow_and_bool_dtypes_every_op_and_algorithm():
+    """int8, uint8, int16, uint16 and bool: integers wrap as numpy's do; on bool sum is
+    or, prod is and (numpy's add and multiply on bool). reducescatter too."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    world = pgas.TEAM_WORLD
+    for dtype in NARROW_DTYPES:
+        for op in OPS:
+            for count in (1, 30_001):
+                src = pgas.empty(count * n, dtype)
+                dest = pgas.empty(count * n, dtype)
+                src.copy_to_device(full_range(me, count * n, dtype))
+                want = expected_wrapped(op, [full_range(pe, count * n, dtype) for pe in range(n)])
+                for algorithm in ALGORITHMS:
+                    dest.copy_to_device(np.zeros(count * n, dtype))
+                    pgas.reduce(world, dest, src, op, algorithm=algorithm)
+                    assert np.array_equal(dest.copy_to_host(), want), (dtype, op, count, algorithm)
+                pgas.reducescatter(world, dest[:count], src, op)
+                assert np.array_equal(dest[:count].copy_to_host(), want[me * count:(me + 1) * count]), \
+                    ("reducescatter", dtype, op, count)
+                pgas.free(dest)
+                pgas.free(src)
 
 
 def check_broadcast_every_root_dtype_and_team():
@@ -146,8 +193,14 @@ def check_collective_errors():
     with pytest.raises(pgas.PgasError, match=r"pgas.reduce: op must be one of sum, prod, min, max, and, or, "
                                              r"xor, got 'avg'"):
         pgas.reduce(world, a, a, "avg")
-    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: op 'xor' needs an integer dtype, got float32"):
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: op 'xor' needs an integer or bool dtype, got float32"):
         pgas.reduce(world, a, a, "xor")
+    c = pgas.zeros(4, np.complex64)
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: reductions take the dtypes int8, uint8, int16, uint16, "
+                                             r"int32, uint32, int64, uint64, float16, float32, float64, bool; "
+                                             r"got complex64"):
+        pgas.reduce(world, c, c)
+    pgas.free(c)
     with pytest.raises(pgas.PgasError, match=r"pgas.reduce: algorithm must be one of auto, ring, tree, oneshot, "
                                              r"got 'fast'"):
         pgas.reduce(world, a, a, algorithm="fast")

@@ -1,16 +1,20 @@
-"""Device collectives (thread and block forms) against numpy, on TEAM_WORLD and split teams."""
+"""Device collectives (thread, warp and block forms) against numpy, on TEAM_WORLD and split teams."""
+import functools
+
 import numpy as np
 import pytest
 from numba import cuda
 
 import pgas
 import pgas.device as dev
-from _util import pattern
-from checks_collectives import destroy, expected, inputs, members, teams
+from pgas._reductions import ops_for
+from _util import on_simulator, pattern, simulator_only
+from checks_collectives import NARROW_DTYPES, destroy, expected, expected_wrapped, full_range, inputs, members, teams
 
 OPS = ["sum", "prod", "min", "max", "and", "or", "xor"]
 INT_DTYPES, FLOAT_DTYPES = [np.int32, np.int64, np.uint32, np.uint64], [np.float32, np.float64]
 BLOCK = 32
+WARPS_BLOCK = 64   # two warps: the warp forms run on warp 1 (threads 32 to 63)
 
 
 def kernels(name):
@@ -71,6 +75,139 @@ def check_device_reduce_and_reducescatter_every_op_and_dtype():
                 pgas.free(src)
 
 
+@functools.lru_cache(maxsize=None)
+def reductions_kernel(suffix: str, caller: str, plan: tuple):
+    """A kernel making the reductions of ``plan``, ((dtype, ((op, calls), ...)), ...), with
+    ``calls`` "reduce", "reducescatter" or both (space-separated): arguments ``team, count``
+    then ``dest, src`` per dtype. The j-th op of a dtype reads ``src[j*w:(j+1)*w]``
+    (w = count x team size); its reduce writes ``dest[j*(w+count):][:w]`` and its
+    reducescatter the ``count`` elements after those. ``caller``: which threads call."""
+    arrays = ", ".join(f"d{k}, s{k}" for k in range(len(plan)))
+    lines = [f"def kernel(team, count, {arrays}):", "    w = count * dev.team_n_pes(team)",
+             f"    if {caller}:"]
+    for k, (_, cases) in enumerate(plan):
+        for j, (op, calls) in enumerate(cases):
+            src, at = f"s{k}[{j} * w:{j + 1} * w]", f"{j} * (w + count)"
+            if "reduce" in calls.split():
+                lines.append(f"        dev.{op}_reduce{suffix}(team, d{k}[{at}:{at} + w], {src})")
+            if "reducescatter" in calls.split():
+                lines.append(f"        dev.{op}_reducescatter{suffix}(team, d{k}[{at} + w:{at} + w + count], {src})")
+    namespace = {"dev": dev, "cuda": cuda}
+    exec("\n".join(lines), namespace)
+    return cuda.jit(namespace["kernel"])
+
+
+def launches(plan: tuple) -> list:
+    """The plans of the kernels that run ``plan``: one launch on the simulator (launches are
+    slow there), one kernel per (dtype, op) on a GPU (a kernel inlining dozens of
+    collectives takes minutes to compile)."""
+    if on_simulator():
+        return [plan]
+    return [((dtype, (case,)),) for dtype, cases in plan for case in cases]
+
+
+NARROW_ON_DEVICE = (np.float16, *NARROW_DTYPES)
+
+
+def rotation(start: int, calls) -> tuple:
+    """A plan for NARROW_ON_DEVICE: every op once, on the dtypes in turn from ``start``
+    (skipping those it does not take; each dtype gets one op or more), making the calls
+    ``calls(op)``."""
+    plan = {dtype: () for dtype in NARROW_ON_DEVICE}
+    k = start
+    for op in OPS:
+        while op not in ops_for(NARROW_ON_DEVICE[k % len(NARROW_ON_DEVICE)]):
+            k += 1
+        plan[NARROW_ON_DEVICE[k % len(NARROW_ON_DEVICE)]] += ((op, calls(op)),)
+        k += 1
+    assert all(plan.values()), plan
+    return tuple(plan.items())
+
+
+def every_op_of_every_dtype(calls: str) -> tuple:
+    return tuple((dtype, tuple((op, calls) for op in ops_for(dtype))) for dtype in NARROW_ON_DEVICE)
+
+
+# form -> (who calls: thread 0, warp 1 of two, the whole block of 40 threads; threads per
+# block; elements per member; plan). Each form covers every op and dtype; the warp and
+# block forms (slow to simulate) reduce with half the ops and reduce-scatter with the
+# other half, each the other way round. On a GPU the thread form reduces with every op
+# of every dtype: the element arithmetic is compiled per dtype and op there, where the
+# simulator runs the host's numpy ufuncs (check_reduce_narrow_and_bool_dtypes_every_op_and_algorithm).
+_FIRST_HALF = ("sum", "prod", "min", "max")
+NARROW_FORMS = {
+    "": ("cuda.threadIdx.x == 0", BLOCK, 3,
+         rotation(3, lambda op: "reduce reducescatter") if on_simulator() else every_op_of_every_dtype("reduce")),
+    "_warp": ("cuda.threadIdx.x >= 32", WARPS_BLOCK, 37,
+              rotation(4, lambda op: "reduce" if op in _FIRST_HALF else "reducescatter")),
+    "_block": ("True", 40, 101, rotation(5, lambda op: "reducescatter" if op in _FIRST_HALF else "reduce")),
+}
+
+
+def check_device_reductions_on_narrow_float16_and_bool_every_op_and_form():
+    """int8, uint8, int16, uint16, bool and float16 with every op they take, thread, warp
+    and block forms: integers wrap as numpy's do, bool sum is or and prod is and."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    for suffix, (caller, threads, count, whole_plan) in NARROW_FORMS.items():
+        w = count * n
+        for plan in launches(whole_plan):
+            args, wants = [], []
+            for dtype, cases in plan:
+                values = inputs if np.dtype(dtype).kind == "f" else lambda pe, size, dt, op: full_range(pe, size, dt)
+                src = pgas.empty(len(cases) * w, dtype)
+                dest = pgas.zeros(len(cases) * (w + count), dtype)
+                src.copy_to_device(np.concatenate([values(me, w, dtype, op) for op, _ in cases]))
+                wants.append([expected_wrapped(op, [values(pe, w, dtype, op) for pe in range(n)]) for op, _ in cases])
+                args += [dest, src]
+            reductions_kernel(suffix, caller, plan)[1, threads](pgas.TEAM_WORLD, count, *args)
+            for (dtype, cases), want, dest in zip(plan, wants, args[::2]):
+                got = dest.copy_to_host()
+                for j, (op, calls) in enumerate(cases):
+                    at = j * (w + count)
+                    if "reduce" in calls.split():
+                        assert np.array_equal(got[at:at + w], want[j]), (dtype, op, suffix)
+                    if "reducescatter" in calls.split():
+                        assert np.array_equal(got[at + w:at + w + count], want[j][me * count:(me + 1) * count]), \
+                            ("reducescatter", dtype, op, suffix)
+            for a in args:
+                pgas.free(a)
+
+
+@cuda.jit
+def warp_data_movers(team, gathered, exchanged, broadcasts, src, count):
+    """Warp 1 of the block: broadcast from every root, fcollect, alltoall."""
+    if cuda.threadIdx.x >= 32:
+        size = dev.team_n_pes(team)
+        for root in range(size):
+            dev.broadcast_warp(team, broadcasts[root * count:(root + 1) * count], src[:count], root)
+        dev.fcollect_warp(team, gathered[:count * size], src[:count])
+        dev.alltoall_warp(team, exchanged[:count * size], src[:count * size])
+
+
+def check_device_warp_broadcast_fcollect_alltoall_on_world_and_a_strided_team():
+    """The warp forms run the thread and block forms' code (checked on every team) with
+    the group of a warp: TEAM_WORLD and a strided split team suffice."""
+    made = teams()
+    n, count = pgas.n_pes(), 45
+    for name, team in made[:2]:   # world, odd-strided
+        src = pgas.empty(count * n, np.int16)
+        outs = [pgas.zeros(count * n, np.int16) for _ in range(3)]
+        if team is not None:
+            pes, me, rank = members(team), pgas.my_pe(), pgas.team_my_pe(team)
+            size = len(pes)
+            src.copy_to_device(pattern(me, count * n, np.int16))
+            warp_data_movers[1, WARPS_BLOCK](team, *outs, src, count)
+            gathered, exchanged, broadcasts = (out.copy_to_host()[:count * size] for out in outs)
+            want = np.concatenate([pattern(pe, count, np.int16) for pe in pes])
+            assert np.array_equal(broadcasts, want), (name, "broadcast_warp")
+            assert np.array_equal(gathered, want), (name, "fcollect_warp")
+            want = np.concatenate([pattern(pe, count * n, np.int16)[rank * count:(rank + 1) * count] for pe in pes])
+            assert np.array_equal(exchanged, want), (name, "alltoall_warp")
+        for a in (*outs, src):
+            pgas.free(a)
+    destroy(made)
+
+
 def check_device_reduce_in_place():
     me, n = pgas.my_pe(), pgas.n_pes()
     data = pgas.empty(5000, np.float64)
@@ -113,6 +250,8 @@ def check_device_broadcast_fcollect_alltoall_on_every_team():
     destroy(made)
 
 
+@simulator_only("device argument checks (on a GPU they trap, which ends the context; a bad dtype does not "
+                "compile: tests/test_device_errors.py and the offline compile test cover both)")
 def check_device_collective_errors():
     n = pgas.n_pes()
     a = pgas.zeros(4, np.float32)
@@ -120,7 +259,7 @@ def check_device_collective_errors():
     with pytest.raises(pgas.PgasError, match=r"pgas.device.sum_reduce: dest and src must have the same size; "
                                              r"dest has 5 elements, 4 needed"):
         launch(REDUCE["sum"], False, pgas.TEAM_WORLD, b[:5], a)
-    with pytest.raises(pgas.PgasError, match=r"pgas.device.xor_reduce_block: op 'xor' needs an integer dtype"):
+    with pytest.raises(pgas.PgasError, match=r"pgas.device.xor_reduce_block: op 'xor' needs an integer or bool dtype"):
         launch(REDUCE["xor"], True, pgas.TEAM_WORLD, a, a)
     with pytest.raises(pgas.PgasError, match=r"pgas.device.fcollect: dest must hold team size x src.size elements"):
         launch(FCOLLECT, False, pgas.TEAM_WORLD, b, a)

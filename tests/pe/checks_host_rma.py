@@ -1,5 +1,7 @@
-"""Host put/get: exact elements for every size and dtype, to and from every neighbour."""
+"""Host put/get: exact elements for every size and dtype, to and from every neighbour; the
+nbi forms complete at quiet, flush, errors, nvshmem4py's keyword names."""
 import numpy as np
+import pytest
 
 import pgas
 from _util import DTYPES, SIZES, pattern, ring_neighbours
@@ -59,3 +61,85 @@ def check_every_pe_puts_to_every_pe():
     pgas.barrier_all()
     assert slots.copy_to_host().tolist() == [q * 10 + me for q in range(n)]
     pgas.free(slots)
+
+
+def _counting_waits():
+    """Count the waits of this PE's remote engine (None when no PE is on another node)."""
+    from pgas.host._runtime import runtime
+    engine = runtime("test").transports.engine
+    if engine is None or pgas.backend() != "simulator":
+        return None, None
+    calls = []
+    real = engine.wait
+
+    def counted(fn, ticket):
+        calls.append(fn)
+        return real(fn, ticket)
+    engine.wait = counted
+    return calls, lambda: engine.__dict__.pop("wait")
+
+
+def check_put_nbi_and_get_nbi_complete_at_quiet():
+    """Symmetric and numpy sources and destinations; through the NIC a symmetric source
+    is not waited for (the engine's wait is never called before quiet)."""
+    me, n, right, left = ring_neighbours()
+    for size in (1, 1001, 300_000):
+        src = pgas.empty(size, np.float64)
+        src.copy_to_device(pattern(me, size, np.float64))
+        dest = pgas.zeros(size, np.float64)
+        got = pgas.zeros(size, np.float64)
+        pgas.barrier_all()
+        calls, restore = _counting_waits()
+        pgas.put_nbi(dest, src, right)
+        pgas.get_nbi(got, src, right)
+        if calls is not None:
+            restore()
+            assert calls == [], calls          # nothing waited for before quiet
+        pgas.quiet()
+        assert np.array_equal(got.copy_to_host(), pattern(right, size, np.float64)), size
+        pgas.barrier_all()
+        assert np.array_equal(dest.copy_to_host(), pattern(left, size, np.float64)), size
+        pgas.barrier_all()      # every PE has read its dest before it is written again
+        # numpy on the local side, nvshmem4py's keyword names
+        out = np.zeros(size)
+        pgas.put_nbi(dst=dest, src=pattern(me + 1, size, np.float64), remote_pe=right)
+        pgas.get_nbi(out, src, remote_pe=left)
+        pgas.quiet()
+        pgas.barrier_all()
+        assert np.array_equal(dest.copy_to_host(), pattern(left + 1, size, np.float64)), size
+        assert np.array_equal(out, pattern(left, size, np.float64)), size
+        for a in (got, dest, src):
+            pgas.free(a)
+
+
+def check_flush_makes_put_nbi_sources_reusable():
+    me, n, right, left = ring_neighbours()
+    src = pgas.full(1000, me, np.int64)
+    dest = pgas.zeros(1000, np.int64)
+    pgas.barrier_all()
+    pgas.put_nbi(dest, src, right)
+    pgas.flush()
+    src.copy_to_device(np.full(1000, -7, np.int64))   # the put read src before this
+    pgas.quiet()
+    pgas.barrier_all()
+    assert dest.copy_to_host().tolist() == [left] * 1000
+    pgas.free(dest)
+    pgas.free(src)
+
+
+def check_host_rma_errors_and_nvshmem4py_keywords():
+    me, n, right, left = ring_neighbours()
+    dest = pgas.zeros(4, np.int32)
+    pgas.put(dst=dest, src=np.arange(4, dtype=np.int32) + me, remote_pe=right)
+    pgas.barrier_all()
+    out = np.zeros(4, np.int32)
+    pgas.get(out, dest, remote_pe=me)
+    assert out.tolist() == [left, left + 1, left + 2, left + 3]
+    with pytest.raises(pgas.PgasError, match=rf"pgas.put_nbi: pe must be within \[0, {n}\), got {n}"):
+        pgas.put_nbi(dest, np.zeros(4, np.int32), n)
+    with pytest.raises(pgas.PgasError, match=r"pgas.get_nbi: dest and src must have the same dtype"):
+        pgas.get_nbi(np.zeros(4, np.int64), dest, 0)
+    with pytest.raises(pgas.PgasError, match=r"pgas.put: dest was given twice, as dest and as dst"):
+        pgas.put(dest, np.zeros(4, np.int32), dst=dest, pe=0)
+    pgas.barrier_all()
+    pgas.free(dest)

@@ -158,3 +158,65 @@ def check_signal_errors_name_the_argument():
         pgas.signal_wait_until(signal, 42, 0)
     pgas.free(signal)
     pgas.free(a)
+
+
+def check_host_signal_op_signal_fetch_and_put_signal_nbi():
+    """Host signal_op (SET, then ADD with nvshmem4py's keywords), host and device
+    signal_fetch, device signal_op seen by the host, put_signal_nbi complete at quiet."""
+    me, n, right, left = ring_neighbours()
+    for dtype in (np.uint64, np.int64):
+        signal = pgas.zeros(1, dtype)
+        pgas.signal_op(signal, 40, pgas.SIGNAL_SET, right)
+        pgas.barrier_all()
+        pgas.signal_op(signal_var=signal, signal_val=2, signal_op=pgas.SIGNAL_ADD, remote_pe=right)
+        pgas.barrier_all()
+        seen = pgas.signal_fetch(signal)
+        assert seen == 42 and type(seen) is np.dtype(dtype).type, (dtype, seen)
+        pgas.barrier_all()
+        pgas.free(signal)
+    # a device signal_op, fetched by the host
+    signal = pgas.zeros(1, np.uint64)
+    signal_op_kernel[1, 1](signal, 7, pgas.SIGNAL_SET, right)
+    assert pgas.signal_wait_until(signal, pgas.CMP_EQ, 7) == 7
+    assert pgas.signal_fetch(signal_var=signal) == 7
+    pgas.barrier_all()
+    # put_signal_nbi from a symmetric source: data and signal at quiet, data first
+    src = pgas.empty(5000, np.float32)
+    src.copy_to_device(pattern(me, 5000, np.float32))
+    dest = pgas.zeros(5000, np.float32)
+    pgas.barrier_all()
+    pgas.put_signal_nbi(dest, src, signal, 3, pgas.SIGNAL_ADD, right)
+    pgas.quiet()
+    assert pgas.signal_wait_until(signal, pgas.CMP_EQ, 10) == 10
+    assert np.array_equal(dest.copy_to_host(), pattern(left, 5000, np.float32))
+    pgas.barrier_all()
+    pgas.put_signal_nbi(dst=dest, src=pattern(me + 2, 5000, np.float32), signal_var=signal, signal_val=1,
+                        signal_op=pgas.SIGNAL_SET, remote_pe=right)
+    pgas.quiet()
+    assert pgas.signal_wait_until(signal, pgas.CMP_EQ, 1) == 1
+    assert np.array_equal(dest.copy_to_host(), pattern(left + 2, 5000, np.float32))
+    pgas.barrier_all()
+    for a in (dest, src, signal):
+        pgas.free(a)
+
+
+def check_host_signal_errors_name_the_argument():
+    n = pgas.n_pes()
+    a = pgas.zeros(2, np.int32)
+    signal = pgas.zeros(1, np.uint64)
+    with pytest.raises(pgas.PgasError, match=r"pgas.signal_op: sig_op must be pgas.SIGNAL_SET or "
+                                             r"pgas.SIGNAL_ADD, got 9"):
+        pgas.signal_op(signal, 1, 9, 0)
+    with pytest.raises(pgas.PgasError, match=rf"pgas.signal_op: pe must be within \[0, {n}\), got {n}"):
+        pgas.signal_op(signal, 1, pgas.SIGNAL_SET, remote_pe=n)
+    with pytest.raises(pgas.PgasError, match=r"pgas.signal_op: value must be an integer \(signal is uint64\), "
+                                             r"got 1.5"):
+        pgas.signal_op(signal, 1.5, pgas.SIGNAL_SET, 0)
+    with pytest.raises(pgas.PgasError, match=r"pgas.signal_fetch: signal must be a non-empty uint64 \(or int64\) "
+                                             r"symmetric array, got int32"):
+        pgas.signal_fetch(a)
+    with pytest.raises(pgas.PgasError, match=r"pgas.put_signal_nbi: sig_op was given twice, as sig_op and as "
+                                             r"signal_op"):
+        pgas.put_signal_nbi(a, a, signal, 1, pgas.SIGNAL_SET, 0, signal_op=pgas.SIGNAL_SET)
+    pgas.free(signal)
+    pgas.free(a)
