@@ -13,7 +13,7 @@ MODULES = {
     "checks_host_rma": (ALL_COUNTS, {}),
     "checks_device_rma": (ALL_COUNTS, {}),
     "checks_device_sync": (ALL_COUNTS, {}),
-    "checks_device_peer": ([1, 4], {}),         # and across nodes, where peers are out of reach
+    "checks_device_peer": (ALL_COUNTS, {}),     # and across nodes, where peers are out of reach
     "checks_errors": (ALL_COUNTS, {}),
     "checks_atomics": (ALL_COUNTS, {}),
     "checks_signals": (ALL_COUNTS, {}),

@@ -179,6 +179,16 @@ def check_fcollect_alltoall_reducescatter_every_dtype_and_team():
     destroy(made)
 
 
+def check_reduce_takes_the_stream_fifth_as_api_md_and_nvshmem4py():
+    n = pgas.n_pes()
+    a, ones = pgas.full(3, pgas.my_pe() + 1, np.int32), pgas.full(n, 1, np.int32)
+    pgas.reduce(pgas.TEAM_WORLD, a, a, "sum", None)          # (team, dest, src, op, stream)
+    pgas.reducescatter(pgas.TEAM_WORLD, a[:1], ones, "sum", None)
+    assert a.copy_to_host().tolist() == [n, n * (n + 1) // 2, n * (n + 1) // 2]
+    pgas.free(ones)
+    pgas.free(a)
+
+
 def check_collective_errors():
     n = pgas.n_pes()
     a = pgas.zeros(4, np.float32)
