@@ -14,6 +14,7 @@ import threading
 import numpy as np
 
 from ._errors import PgasValueError
+from ._reductions import BITWISE_OPS  # integers only here
 
 __all__ = ["load_acquire", "fence", "rmw", "compare_swap", "int64_word", "check_word", "check_dtype",
            "as_bits", "from_bits",
@@ -34,7 +35,6 @@ INTEGER_DTYPES = tuple(d for d in _TYPES if d.kind in "iu")
 _BITS = {np.dtype(np.float32): np.dtype(np.uint32), np.dtype(np.float64): np.dtype(np.uint64)}
 FLOAT_DTYPES = tuple(_BITS)
 RMW_OPS = ("xchg", "add", "and", "or", "xor")
-BITWISE_OPS = ("and", "or", "xor")          # integers only
 
 _IR_PER_TYPE = """
 define {t} @load_acquire_{t}({t}* %p) {{

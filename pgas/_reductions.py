@@ -11,16 +11,16 @@ import numpy as np
 
 from ._errors import PgasValueError
 
-__all__ = ["OPS", "BITWISE_OPS", "INTEGER_DTYPES", "FLOAT_DTYPES", "REDUCTION_DTYPES", "ops_for",
+__all__ = ["OPS", "BITWISE_OPS", "REDUCTION_DTYPES", "ops_for",
            "reduction_ufunc"]
 
 OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
        "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
 BITWISE_OPS = ("and", "or", "xor")
-INTEGER_DTYPES = tuple(np.dtype(d) for d in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+_INTEGER_DTYPES = tuple(np.dtype(d) for d in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
                                              np.int64, np.uint64))
-FLOAT_DTYPES = tuple(np.dtype(d) for d in (np.float16, np.float32, np.float64))
-REDUCTION_DTYPES = (*INTEGER_DTYPES, *FLOAT_DTYPES, np.dtype(np.bool_))
+_FLOAT_DTYPES = tuple(np.dtype(d) for d in (np.float16, np.float32, np.float64))
+REDUCTION_DTYPES = (*_INTEGER_DTYPES, *_FLOAT_DTYPES, np.dtype(np.bool_))
 
 
 def ops_for(dtype) -> tuple:

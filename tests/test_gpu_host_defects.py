@@ -63,7 +63,7 @@ class FakeDriver:
     CALLS = ["cuMemAddressFree", "cuStreamDestroy", "cuStreamSynchronize", "cuMemFree", "cuMemsetD8",
              "cuMemsetD8Async", "cuIpcCloseMemHandle", "cuMemMap", "cuMemSetAccess", "cuMemcpyHtoD",
              "cuMemcpyHtoDAsync", "cuMemUnmap", "cuMemRelease", "cuMemFreeAsync", "cuMemcpyAsync",
-             "cuMemcpyDtoHAsync", "cuPointerSetAttribute", "cuMemFreeHost"]
+             "cuMemcpyDtoHAsync", "cuPointerSetAttribute", "cuMemFreeHost", "cuCtxSynchronize"]
 
     def __init__(self, monkeypatch, **answers):
         self.calls: list[tuple[str, tuple]] = []
@@ -119,7 +119,7 @@ def fake(monkeypatch):
 @pytest.fixture
 def fake_runtime(monkeypatch, fake):
     """A runtime whose heap holds the internal stream (what ``_gpu_ops`` reads)."""
-    rt = SimpleNamespace(heap=SimpleNamespace(stream=INTERNAL), on_gpu=True, n_pes=1)
+    rt = SimpleNamespace(heap=SimpleNamespace(stream=INTERNAL, reachable=lambda pe: pe < 2), on_gpu=True, n_pes=1)
     monkeypatch.setattr(_runtime, "_runtime", rt)
     return rt
 
@@ -278,6 +278,20 @@ def test_nbi_copies_and_signals_are_queued_and_not_waited_for(fake_runtime, fake
     assert fake.args("cuMemcpyAsync")[0][3] == INTERNAL and fake.calls[1][1][0] == INTERNAL
     _gpu_ops.flush(0x777, "pgas.flush")
     assert fake.calls[-1] == ("cuStreamSynchronize", (0x777,))
+    _gpu_ops.flush(None, "pgas.flush")
+    _gpu_ops.quiet(None, "pgas.quiet")
+    assert fake.names()[-2:] == ["cuCtxSynchronize", "cuCtxSynchronize"]   # errors read as device errors
+
+
+def test_host_atomics_and_signals_to_a_pe_the_gpu_cannot_reach_launch_nothing(fake_runtime, fake, monkeypatch):
+    """A device check would trap, and a trap ends the CUDA context: the host refuses first."""
+    monkeypatch.setattr(_gpu_ops, "_signal_kernel", _RecordedKernel(fake))
+    monkeypatch.setattr(_gpu_ops, "_atomic_kernel", lambda *key: _RecordedKernel(fake))
+    with pytest.raises(pgas.PgasError, match=r"pgas.atomic_add: PE 2 is on another node"):
+        _gpu_ops.atomic("atomic_add", 1, False, np.zeros(1, np.int64), 0, 1, 2, None, "pgas.atomic_add")
+    with pytest.raises(pgas.PgasError, match=r"pgas.signal_op: PE 3 is on another node"):
+        _gpu_ops.signal_op(np.zeros(1, np.uint64), 1, pgas.SIGNAL_SET, 3, None, "pgas.signal_op")
+    assert fake.calls == []
 
 
 def test_host_atomics_run_the_device_atomic_and_fetch_its_value(fake_runtime, fake, monkeypatch):

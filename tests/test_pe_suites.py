@@ -1,4 +1,4 @@
-"""Every check in tests/pe/checks_*.py, run through pgasrun on 1 to 6 PEs of one node, and
+"""Every check in tests/pe/checks_*.py, run through pgasrun on 1 to 5 PEs of one node, and
 again across emulated nodes, where PEs on other nodes are reached through the NIC (the
 GPU-initiated path and the CPU proxy)."""
 import pytest
@@ -19,17 +19,18 @@ MODULES = {
     "checks_signals": (ALL_COUNTS, {}),
     "checks_teams": (MULTI_PE, {}),
     "checks_debug": (MULTI_PE, {"PGAS_DEBUG": "1"}),
-    "checks_collectives": ([1, 2, 3, 4, 5, 6], {}),
+    "checks_collectives": ([1, 2, 3, 4, 5], {}),
     "checks_device_collectives": ([1, 2, 3, 5], {}),
 }
 # Emulated nodes: (PEs, PEs per node). 4 PEs as 2 nodes of 2 mix load/store and the NIC
 # in one run; 3 PEs one per node send everything through the NIC. The GPU-initiated path
-# (the default) runs every module on both; the host collectives run on the mixed layout
-# only (their split teams span nodes there too). The CPU proxy runs on the mixed layout
-# the modules that drive a remote engine call by call (everything above them reaches
-# either engine through the same Transports calls), to keep the suite short.
+# (the default) runs every module on both; the host and device collectives run on the
+# mixed layout only (it holds both paths, and their split teams span nodes there too).
+# The CPU proxy runs on the mixed layout the modules that drive a remote engine call by
+# call (everything above them reaches either engine through the same Transports calls),
+# to keep the suite short.
 LAYOUTS = {"ibgda": [(4, 2), (3, 1)], "proxy": [(4, 2)]}
-MIXED_ONLY = {"checks_collectives"}
+MIXED_ONLY = {"checks_collectives", "checks_device_collectives"}
 PROXY_MODULES = {"checks_host_rma", "checks_device_rma", "checks_device_sync", "checks_errors", "checks_atomics",
                  "checks_signals"}
 

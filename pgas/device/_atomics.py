@@ -2,7 +2,8 @@
 
 Types: int32, int64, uint32, uint64; ``atomic_fetch``, ``atomic_set``, ``atomic_swap`` and
 ``atomic_compare_swap`` also float32 and float64 (compared and exchanged as bit patterns),
-and ``atomic_add``/``atomic_fetch_add`` also float32 and float64 (added in the type:
+and ``atomic_add``/``atomic_fetch_add`` (and ``atomic_inc``/``atomic_fetch_inc``, an add of
+one) also float32 and float64 (added in the type:
 ``atom.add.f32/.f64`` on a GPU; through a NIC, which has no float add, a compare-and-swap
 loop on the bit pattern). Every atomic is sequentially consistent and atomic with respect
 to atomics of every PE. The non-fetching forms (``atomic_set``, ``atomic_inc``,

@@ -47,7 +47,7 @@ def ptr(arr, pe):
     """ptr(arr, pe) -> uint64: the address of the first element of PE ``pe``'s copy of ``arr``
     in this process, or 0 where ``pe`` is not load/store reachable (another node).
 
-    Non-zero exactly where ``peer_array(arr, pe)`` is not empty, and then the address of
-    its first element.
+    Non-zero exactly where ``pe`` is load/store reachable, and then the address of the
+    first element of ``peer_array(arr, pe)``.
     """
     return _p.peer_address(arr, pe, _p.name("pgas.device.ptr"))

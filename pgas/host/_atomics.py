@@ -16,11 +16,10 @@ import numbers
 import numpy as np
 
 from .. import _cpu_atomics
-from .._checks import check_contiguous, check_pe
-from .._device_errors import device_error
+from .._checks import check_pe
 from .._errors import PgasValueError
 from ._keywords import nvshmem4py_keywords
-from ._memory import as_ndarray
+from ._memory import element0
 from ._runtime import runtime
 
 __all__: list[str] = []     # the table's names, added below
@@ -59,20 +58,11 @@ def check_operand(fn: str, what: str, value, dtype, of: str = "dest"):
     return _cpu_atomics.from_bits(dtype, _cpu_atomics.as_bits(dtype, value))
 
 
-def _element0(fn: str, dest):
-    """Element 0 of symmetric ``dest`` as a one-element array (C-contiguous, as on the device)."""
-    word = as_ndarray(dest, fn, "dest")
-    if word.size == 0:
-        raise device_error("NOT_EMPTY", fn, "dest")
-    check_contiguous(fn, "dest", word)
-    return word.reshape(-1)[:1]
-
-
 def _apply(name: str, operands: tuple, fetch: bool, op: str, dest, cond, value, pe, stream):
     fn = f"pgas.{name}"
     rt = runtime(fn)
     pe = check_pe(fn, pe, rt.n_pes)
-    word = _element0(fn, dest)
+    word = element0(fn, dest, "dest")
     rmw_op = "add" if op == "inc" else op
     _cpu_atomics.check_dtype(word.dtype, fn, "dest", rmw_op)
     value = check_operand(fn, "value", 1 if op == "inc" else value if "value" in operands else 0, word.dtype)

@@ -227,7 +227,7 @@ def _reduce_into(out: np.ndarray, arrays: list, ufunc) -> None:
         ufunc(out, more, out=out)
 
 
-def reduce(team, dest, src, op: str = "sum", stream=None, algorithm: str = "auto") -> None:
+def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "auto") -> None:
     """All-reduce: ``dest`` on every member = ``op`` over all members' ``src``, element-wise.
 
     ``dest`` may be ``src`` (in place). ``algorithm``: ``auto``, ``ring``, ``tree`` (double

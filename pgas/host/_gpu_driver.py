@@ -120,11 +120,15 @@ def numba_stream(handle: int):
     return cuda.default_stream() if handle == 0 else cuda.external_stream(handle)
 
 
-def synchronize(handle: int) -> None:
-    """Wait until the work queued on stream ``handle`` has finished."""
+def synchronize(handle: int | None) -> None:
+    """Wait until the work queued on stream ``handle`` has finished (None: all the work of
+    the current context)."""
     from cuda.bindings import driver
 
-    checked(driver.cuStreamSynchronize(handle), "cuStreamSynchronize")
+    if handle is None:
+        checked(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+    else:
+        checked(driver.cuStreamSynchronize(handle), "cuStreamSynchronize")
 
 
 @contextmanager

@@ -22,6 +22,7 @@ import numpy as np
 from numba import cuda
 
 from .. import device as dev
+from .._device_errors import device_error
 from .._errors import PgasError
 from ._gpu_driver import checked, device_array_at, numba_stream, stream_handle, stream_scratch, synchronize
 from ._heap import array_span
@@ -45,8 +46,9 @@ def _finish(handle: int, stream, fn: str) -> None:
     _wait(handle, fn)
 
 
-def _wait(handle: int, fn: str) -> None:
-    """Wait for the work queued on stream ``handle``; a kernel that stopped is named as such."""
+def _wait(handle: int | None, fn: str) -> None:
+    """Wait for the work queued on stream ``handle`` (None: all of this PE's GPU work); a
+    kernel that stopped is named as such."""
     try:
         synchronize(handle)
     except PgasError as exc:
@@ -68,6 +70,13 @@ def copy(dst, src, nelems: int, stream, fn: str, nbi: bool = False) -> None:
         checked(driver.cuMemcpyAsync(dst_address, src_address, nbytes, handle), f"{fn}: cuMemcpyAsync")
     if not nbi:
         _finish(handle, stream, fn)
+
+
+def _check_reachable(pe: int, fn: str, what: str) -> None:
+    """Refuse, before any kernel runs, a PE that the device could not reach: its check
+    would stop the kernel with a trap, and a trap ends the CUDA context."""
+    if not runtime(fn).heap.reachable(pe):
+        raise device_error("UNREACHABLE", fn, what, a=pe)
 
 
 def _launch(kernel, threads: int, stream, fn: str, *args, nbi: bool = False) -> None:
@@ -130,6 +139,7 @@ def _sync_kernel(team):
 
 def signal_op(signal, value: int, sig_op: int, pe: int, stream, fn: str, nbi: bool = False) -> None:
     """Update PE ``pe``'s ``signal[0]`` after everything queued before it on ``stream``."""
+    _check_reachable(pe, fn, "signal")
     _launch(_signal_kernel, 1, stream, fn, signal, value, sig_op, pe, nbi=nbi)
 
 
@@ -179,6 +189,7 @@ def atomic(name: str, operands: int, fetch: bool, dest, cond, value, pe: int, st
     of ``dest``'s dtype; see ``_atomic_kernel``), in a one-thread kernel on ``stream``.
     Fetching: returns the value once the kernel has run (it waits for the stream). Else
     returns None: queued on a stream, or done on return without one."""
+    _check_reachable(pe, fn, "dest")
     kernel = _atomic_kernel(name, operands, fetch)
     if fetch:
         return _fetch(kernel, dest.dtype, stream, fn, dest, cond, value, pe)
@@ -189,16 +200,13 @@ def atomic(name: str, operands: int, fetch: bool, dest, cond, value, pe: int, st
 def flush(stream, fn: str) -> None:
     """Wait until the copies queued on ``stream`` have run (None: all of this PE's GPU
     work), so that their sources may be reused from the host."""
-    if stream is None:
-        cuda.synchronize()
-    else:
-        _wait(_handle(stream, fn), fn)
+    _wait(None if stream is None else _handle(stream, fn), fn)
 
 
 def quiet(stream, fn: str) -> None:
     """Complete this PE's host-initiated RMA: on ``stream``, or everything when None."""
     if stream is None:
-        cuda.synchronize()
+        _wait(None, fn)
     else:
         _launch(_quiet_kernel, 1, stream, fn)
 

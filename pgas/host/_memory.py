@@ -7,7 +7,8 @@ import sys
 import numpy as np
 
 from .._backend import backend_name
-from .._checks import check_pe
+from .._checks import check_contiguous, check_pe
+from .._device_errors import device_error
 from .._errors import PgasError, PgasValueError
 from ._heap import array_span
 from ._runtime import Runtime, runtime, wait_all
@@ -31,6 +32,16 @@ def as_ndarray(arr, fn: str, what: str):
             raise PgasValueError(f"{fn}: {what} must be an array, got {type(arr).__name__}")
         arr = inner
     return arr
+
+
+def element0(fn: str, arr, what: str):
+    """Element 0 of symmetric ``arr`` as a one-element array. ``arr`` must be non-empty and
+    C-contiguous: a strided one has no flat view, and device code reads it without its strides."""
+    word = as_ndarray(arr, fn, what)
+    if word.size == 0:
+        raise device_error("NOT_EMPTY", fn, what)
+    check_contiguous(fn, what, word)
+    return word.reshape(-1)[:1]
 
 
 def _device_array(view):
@@ -84,11 +95,14 @@ def _check_agreement(rt: Runtime, fn: str, record: tuple) -> None:
             f"arguments in the same order): {lines}")
 
 
+_ZERO_BYTES = object()   # the fill of ``zeros``: every byte 0, whatever the dtype ('S4', structured)
+
+
 def _allocate(fn: str, shape, dtype, fill=None):
     rt = runtime(fn)
     dims = _shape_tuple(shape, fn)
     dtype = _symmetric_dtype(dtype, fn)
-    if fill is not None:
+    if fill is not None and fill is not _ZERO_BYTES:
         fill = _fill_value(fill, dims, dtype, fn)
     nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
     offset = rt.allocator.allocate(nbytes)
@@ -116,10 +130,10 @@ def _fill_value(value, dims: tuple, dtype: np.dtype, fn: str) -> np.ndarray:
 
 def _fill(rt: Runtime, view, offset: int, nbytes: int, value, fn: str) -> None:
     """Fill a new symmetric array, complete on return (peers may use it right after)."""
-    if not rt.on_gpu:
-        view[...] = value
-    elif not value.any():
+    if value is _ZERO_BYTES:
         rt.heap.zero(offset, nbytes)
+    elif not rt.on_gpu:
+        view[...] = value
     else:   # a copy from pageable memory can return before it lands: _gpu_ops.copy waits for it
         from . import _gpu_ops
         values = np.ascontiguousarray(value)
@@ -137,7 +151,7 @@ def empty(shape, dtype=np.float64):
 
 def zeros(shape, dtype=np.float64):
     """A symmetric array of zeros (collective)."""
-    return _allocate("pgas.zeros", shape, dtype, fill=0)
+    return _allocate("pgas.zeros", shape, dtype, fill=_ZERO_BYTES)
 
 
 def full(shape, value, dtype=np.float64):
@@ -167,8 +181,8 @@ def _peer_holding(rt: Runtime, arr, fn: str) -> int | None:
 def free(a) -> None:
     """Release symmetric array ``a`` (collective: every PE frees the same array).
 
-    Freeing a view from ``peer_array`` does nothing (as in nvshmem4py): the memory is the
-    peer's, freed when the peer's own array is. Under PGAS_DEBUG it is reported on stderr.
+    Freeing a view of another PE's copy (from ``peer_array``) does nothing (as in
+    nvshmem4py): the memory is the peer's, freed when the peer's own array is. Under PGAS_DEBUG it is reported on stderr.
     """
     rt = runtime("pgas.free")
     data = as_ndarray(a, "pgas.free", "a")

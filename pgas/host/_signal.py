@@ -10,12 +10,12 @@ names (``dst=``, ``signal_var=``, ``signal_val=``, ``signal_op=``, ``remote_pe=`
 from __future__ import annotations
 
 from .. import _cpu_atomics
-from .._checks import check_contiguous, check_pe, check_sig_op, check_signal
+from .._checks import check_pe, check_sig_op, check_signal
 from .._constants import SIGNAL_SET
 from .._waiting import check_cmp, wait_for_value
 from ._atomics import check_operand
 from ._keywords import nvshmem4py_keywords
-from ._memory import as_ndarray
+from ._memory import as_ndarray, element0
 from ._rma import _put
 from ._runtime import Runtime, runtime
 
@@ -27,8 +27,7 @@ def _signal_word(fn: str, signal):
     strided one has no flat view, and device code reads it without its strides)."""
     word = as_ndarray(signal, fn, "signal")
     check_signal(fn, word)
-    check_contiguous(fn, "signal", word)
-    return word.reshape(-1)[:1]
+    return element0(fn, word, "signal")
 
 
 def _checked_signal(fn: str, signal, value, sig_op, pe):

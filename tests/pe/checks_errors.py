@@ -106,9 +106,11 @@ def check_bad_shape_and_dtype_arguments():
     with raises(r"pgas.full: value must be a float64 scalar or an array broadcastable to shape \(3,\), got \[1, 2\]"):
         pgas.full(3, [1, 2], np.float64)
     assert pgas.info()["heap_used"] == used   # refused before anything was allocated
-    ok = [pgas.zeros(np.int64(2), np.int8), pgas.zeros((np.uint8(2), 3), "S4"),
-          pgas.full(2, [1, 2], np.dtype([("x", np.int32), ("y", np.float32)]))]
-    assert ok[0].shape == (2,) and ok[1].shape == (2, 3) and ok[2].copy_to_host()["y"].tolist() == [1.0, 2.0]
+    ok = [pgas.zeros(np.int64(2), np.int8), pgas.zeros((np.uint8(2), 3), "S4"), pgas.zeros(3, "V8"),
+          pgas.full(2, [1, 2], np.dtype([("x", np.int32), ("y", np.float32)])), pgas.full(2, -0.0)]
+    assert ok[0].shape == (2,) and ok[1].shape == (2, 3) and ok[3].copy_to_host()["y"].tolist() == [1.0, 2.0]
+    assert ok[1].copy_to_host().tobytes() == bytes(24) and ok[2].copy_to_host().tobytes() == bytes(24)
+    assert np.signbit(ok[4].copy_to_host()).all()
     for a in reversed(ok):
         pgas.free(a)
 
