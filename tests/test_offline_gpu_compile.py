@@ -131,6 +131,16 @@ def test_narrow_and_bool_reductions_compile_and_float_bitwise_ones_are_refused(r
     assert "op 'xor' needs an integer or bool dtype, got float32" in report["float_xor_reduce"]
 
 
+def test_reductions_named_by_a_constant_string_compile_and_are_checked(report):
+    """nvshmem4py's ``reduce(team, dest, src, "max")``: the string picks the op when the
+    kernel compiles; an op the dtype does not take, or an unknown one, is refused then."""
+    body = entry(report["ptx"]["named_reductions"])     # max on float32, then a sum
+    assert "setp.gt.f32" in body and "add.f32" in body
+    assert "op 'xor' needs an integer or bool dtype, got float32" in report["named_float_xor"]
+    assert ("pgas.device.reduce: op must be one of sum, prod, min, max, and, or, xor (a constant string), "
+            "got 'avg'") in report["named_unknown_op"]
+
+
 def test_block_and_warp_copies_move_16_bytes_at_a_time(report):
     for label in ("put_block", "put_warp"):
         body = entry(report["ptx"][label])

@@ -164,13 +164,29 @@ def _make_reduction(op, scatter, suffix):
     return reduction
 
 
+def _make_named_reduction(scatter, suffix):
+    """nvshmem4py's form, the op named by a string: ``reduce(team, dest, src, "sum")``."""
+    scope, who = _SCOPES[suffix]
+    name = f"{'reducescatter' if scatter else 'reduce'}{suffix}"
+    label = f"pgas.device.{name}"
+
+    if scatter:
+        def reduction(team, dest, src, op):
+            _reducescatter(_p.name(label), scope, team, dest, src, _p.reduce_op_code(op, label))
+    else:
+        def reduction(team, dest, src, op):
+            _reduce(_p.name(label), scope, team, dest, src, _p.reduce_op_code(op, label))
+
+    reduction.__name__ = reduction.__qualname__ = name
+    reduction.__doc__ = (f"{name}(team, dest, src, op): ``<op>_{name}(team, dest, src)`` with ``op`` one of "
+                         f"{', '.join(repr(o) for o in OPS)}, a constant string (nvshmem4py's form). {who}")
+    return reduction
+
+
 for _suffix in _SCOPES:
-    for _f in _make_data_movers(_suffix):
+    for _f in (*_make_data_movers(_suffix),
+               *(_make_reduction(op, scatter, _suffix) for op in OPS for scatter in (False, True)),
+               *(_make_named_reduction(scatter, _suffix) for scatter in (False, True))):
         globals()[_f.__name__] = _f
         __all__.append(_f.__name__)
-    for _op in OPS:
-        for _scatter in (False, True):
-            _f = _make_reduction(_op, _scatter, _suffix)
-            globals()[_f.__name__] = _f
-            __all__.append(_f.__name__)
-del _suffix, _f, _op, _scatter
+del _suffix, _f

@@ -550,6 +550,21 @@ def _signal_dtype(typingctx, signal):
 
 
 @intrinsic
+def reduce_op_code(typingctx, op, label):
+    """The code of the reduction named by constant string ``op``, as a literal (so that
+    ``_reduction_dtype`` checks it against the dtype when the kernel compiles)."""
+    fn = _literal(label)
+    if not isinstance(op, types.StringLiteral) or op.literal_value not in REDUCE_OPS:
+        shown = repr(op.literal_value) if isinstance(op, types.StringLiteral) else f"a {op} that is not a constant"
+        raise TypingError(f"{fn}: op must be one of {', '.join(REDUCE_OPS)} (a constant string), got {shown}")
+    code = reduce_code(op.literal_value)
+
+    def codegen(context, builder, sig, args):
+        return context.get_constant(types.int64, code)
+    return types.IntegerLiteral(code)(op, label), codegen
+
+
+@intrinsic
 def _reduction_dtype(typingctx, op, arr):
     """Refuse a reduction of ``arr``'s dtype that ``op`` does not take. Typed only with a
     literal op (None otherwise makes numba retype the callers with the literal code)."""

@@ -394,5 +394,13 @@ def check_size(fn: str, what: str, have: int, need: int, why: str) -> None:
         raise device_error("SIZE", fn, what, why, a=have, b=need)
 
 
+def reduce_op_code(op, label: str) -> int:
+    """The code of the reduction named ``op`` (``reduce(team, dest, src, "sum")``); on a GPU
+    it must be a constant string, known when the kernel compiles."""
+    if not isinstance(op, str) or op not in REDUCE_OPS:
+        raise PgasValueError(f"{label}: op must be one of {', '.join(REDUCE_OPS)}, got {op!r}")
+    return REDUCE_OPS.index(op)
+
+
 def check_reduction(fn: str, op: int, arr: np.ndarray) -> None:
     reduction_ufunc(fn, REDUCE_OPS[op], arr.dtype)

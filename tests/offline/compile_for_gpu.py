@@ -28,14 +28,16 @@ WAITS = ["wait_until", "signal_wait_until", "barrier_all", "sync_all", "barrier"
 
 def call_kernel(name: str, dtype):
     """A kernel that calls dev.<name> with arrays of ``dtype`` and int32 scalars."""
-    params = list(inspect.signature(getattr(dev, name).py_func).parameters)
+    every = list(inspect.signature(getattr(dev, name).py_func).parameters)
+    params = [p for p in every if p != "op"]     # a reduction's op is a constant string
     args = ", ".join(params)
+    call = ", ".join('"sum"' if p == "op" else p for p in every)
     namespace = {"dev": dev}
-    exec(f"def kernel({args}{', ' if args else ''}out):\n    out[0] = dev.{name}({args}) or 0\n"
+    exec(f"def kernel({args}{', ' if args else ''}out):\n    out[0] = dev.{name}({call}) or 0\n"
          if name in RETURNS else
-         f"def kernel({args}{', ' if args else ''}out):\n    out[0] = dev.{name}({args})[0]\n"
+         f"def kernel({args}{', ' if args else ''}out):\n    out[0] = dev.{name}({call})[0]\n"
          if name in RETURNS_ARRAY else
-         f"def kernel({args}{', ' if args else ''}out):\n    dev.{name}({args})\n", namespace)
+         f"def kernel({args}{', ' if args else ''}out):\n    dev.{name}({call})\n", namespace)
     signature = []
     for p in params:
         if p in ARRAY_PARAMS:
@@ -134,6 +136,20 @@ def float_xor_reduce(team, dest, src):
     dev.xor_reduce(team, dest, src)
 
 
+def named_reductions(team, dest, src):
+    """nvshmem4py's form: the op as a constant string."""
+    dev.reduce(team, dest, src, "max")
+    dev.reducescatter_block(team, dest, src, "sum")
+
+
+def named_float_xor(team, dest, src):
+    dev.reduce_warp(team, dest, src, "xor")
+
+
+def named_unknown_op(team, dest, src):
+    dev.reduce(team, dest, src, "avg")
+
+
 def wait_any_of(ivars, status, out):
     out[0] = dev.wait_until_any(ivars, status, dev.CMP_EQ, 1)
 
@@ -151,6 +167,7 @@ def ptx_kernels():
     yield "barrier", barrier_of, (types.int64,)
     i8, b = types.int8[::1], types.boolean[::1]
     yield "narrow_reductions", narrow_reductions, (types.int64, i8, i8, b, b)
+    yield "named_reductions", named_reductions, (types.int64, types.float32[::1], types.float32[::1])
     yield "wait_until_any", wait_any_of, (i64, types.int32[::1], i64)
 
 
@@ -244,6 +261,12 @@ def main():
         report["float_xor_reduce"] = "compiled"
     except Exception as exc:
         report["float_xor_reduce"] = str(exc)
+    for label, function in (("named_float_xor", named_float_xor), ("named_unknown_op", named_unknown_op)):
+        try:
+            cuda.compile_ptx(function, (types.int64, types.float32[::1], types.float32[::1]), cc=CC)
+            report[label] = "compiled"
+        except Exception as exc:
+            report[label] = str(exc)
     try:
         cuda.compile_ptx(float_atomic_and, (types.float32[::1], types.int32), cc=CC)
         report["float_atomic_and"] = "compiled"

@@ -208,6 +208,30 @@ def check_device_warp_broadcast_fcollect_alltoall_on_world_and_a_strided_team():
     destroy(made)
 
 
+@cuda.jit
+def reductions_named_by_strings(team, maxed, summed, minned, src):
+    """nvshmem4py's form, in the three scopes: thread 0, the block, warp 1."""
+    if cuda.threadIdx.x == 0:
+        dev.reduce(team, maxed, src, "max")
+    dev.reducescatter_block(team, summed, src, "sum")
+    if cuda.threadIdx.x >= 32:
+        dev.reduce_warp(team, minned, src, "min")
+
+
+def check_device_reductions_named_by_a_string_as_nvshmem4py():
+    me, n, count = pgas.my_pe(), pgas.n_pes(), 5
+    src = pgas.empty(count * n, np.int32)
+    maxed, minned, summed = (pgas.zeros(count * n, np.int32) for _ in range(3))
+    src.copy_to_device(pattern(me, count * n, np.int32))
+    reductions_named_by_strings[1, WARPS_BLOCK](pgas.TEAM_WORLD, maxed, summed[:count], minned, src)
+    everyone = np.array([pattern(pe, count * n, np.int32) for pe in range(n)])
+    assert np.array_equal(maxed.copy_to_host(), everyone.max(axis=0))
+    assert np.array_equal(minned.copy_to_host(), everyone.min(axis=0))
+    assert np.array_equal(summed.copy_to_host()[:count], everyone.sum(axis=0, dtype=np.int32)[me * count:(me + 1) * count])
+    for a in (summed, minned, maxed, src):
+        pgas.free(a)
+
+
 def check_device_reduce_in_place():
     me, n = pgas.my_pe(), pgas.n_pes()
     data = pgas.empty(5000, np.float64)
@@ -250,6 +274,11 @@ def check_device_broadcast_fcollect_alltoall_on_every_team():
     destroy(made)
 
 
+@cuda.jit
+def named_reduce_thread(team, dest, src):
+    dev.reduce(team, dest, src, "avg")
+
+
 @simulator_only("device argument checks (on a GPU they trap, which ends the context; a bad dtype does not "
                 "compile: tests/test_device_errors.py and the offline compile test cover both)")
 def check_device_collective_errors():
@@ -261,6 +290,9 @@ def check_device_collective_errors():
         launch(REDUCE["sum"], False, pgas.TEAM_WORLD, b[:5], a)
     with pytest.raises(pgas.PgasError, match=r"pgas.device.xor_reduce_block: op 'xor' needs an integer or bool dtype"):
         launch(REDUCE["xor"], True, pgas.TEAM_WORLD, a, a)
+    with pytest.raises(pgas.PgasError, match=r"pgas.device.reduce: op must be one of sum, prod, min, max, and, or, "
+                                             r"xor, got 'avg'"):
+        named_reduce_thread[1, 1](pgas.TEAM_WORLD, a, a)
     with pytest.raises(pgas.PgasError, match=r"pgas.device.fcollect: dest must hold team size x src.size elements"):
         launch(FCOLLECT, False, pgas.TEAM_WORLD, b, a)
     with pytest.raises(pgas.PgasError, match=rf"pgas.device.broadcast: root must be a team rank within "
