@@ -24,7 +24,9 @@ from numba.core.errors import TypingError
 from numba.cuda import cgutils, nvvmutils
 from numba.cuda.extending import intrinsic
 
+from .._cpu_atomics import check_dtype
 from .._device_errors import FN_BYTES, TEXT_WORD, WHAT_BYTES, WHY_BYTES
+from .._errors import PgasError
 from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, reduce_code
 
 __all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "view_at", "int64_view",
@@ -212,10 +214,12 @@ def _atomic_word(dtype):
 
 
 def _bitwise_word(rmw: str, dtype):
-    """and/or/xor act on integers only (the simulator's text, for both names that reach it)."""
-    if rmw in ("and", "or", "xor") and isinstance(dtype, types.Float):
-        raise TypingError(f"pgas.device.atomic_{rmw} / atomic_fetch_{rmw}: dest must have one of the dtypes "
-                          f"int32, uint32, int64, uint64, got {dtype}")
+    """The simulator's dtype rule for atomic ``rmw`` (and/or/xor: integers only), as a
+    TypingError naming both functions that reach it."""
+    try:
+        check_dtype(str(dtype), f"pgas.device.atomic_{rmw} / atomic_fetch_{rmw}", "dest", rmw)
+    except PgasError as exc:
+        raise TypingError(str(exc)) from None
 
 
 @intrinsic

@@ -26,7 +26,7 @@ from .._waiting import wait_for_value as _wait_for_value
 from ..host import _runtime
 from ..host._memory import as_ndarray
 from ..host._team_table import team_of
-from ._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, RMW_NAMES, THREAD, WARP
+from ._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, RMW_NAMES, THREAD, WARP, reduce_code
 
 __all__ = list(PRIMITIVES)
 
@@ -399,7 +399,7 @@ def reduce_op_code(op, label: str) -> int:
     it must be a constant string, known when the kernel compiles."""
     if not isinstance(op, str) or op not in REDUCE_OPS:
         raise PgasValueError(f"{label}: op must be one of {', '.join(REDUCE_OPS)}, got {op!r}")
-    return REDUCE_OPS.index(op)
+    return reduce_code(op)
 
 
 def check_reduction(fn: str, op: int, arr: np.ndarray) -> None:

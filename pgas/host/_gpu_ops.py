@@ -18,6 +18,8 @@ host argument checks are made before any of this (``_rma``, ``_signal``, ``_atom
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import cuda
 
@@ -153,35 +155,30 @@ def signal_fetch(signal, fn: str):
     return _fetch(_fetch_kernel, signal.dtype, None, fn, signal)
 
 
-_ATOMIC_KERNELS: dict = {}
-
-
+@functools.cache
 def _atomic_kernel(name: str, operands: int, fetch: bool):
     """The one-thread kernel ``(dest, cond, value, pe[, out])`` that runs device atomic
     ``name``, compiled on first use. ``operands``: what the atomic takes between ``dest``
     and ``pe`` (0: nothing, 1: ``value``, 2: ``cond, value``); ``fetch``: it stores the
     fetched value in ``out[0]``."""
-    key = (name, fetch)
-    if key not in _ATOMIC_KERNELS:
-        device_atomic = getattr(dev, name)
-        if operands == 0:
-            def apply(dest, cond, value, pe):
-                return device_atomic(dest, pe)
-        elif operands == 1:
-            def apply(dest, cond, value, pe):
-                return device_atomic(dest, value, pe)
-        else:
-            def apply(dest, cond, value, pe):
-                return device_atomic(dest, cond, value, pe)
-        apply = cuda.jit(device=True)(apply)
-        if fetch:
-            def run(dest, cond, value, pe, out):
-                out[0] = apply(dest, cond, value, pe)
-        else:
-            def run(dest, cond, value, pe):
-                apply(dest, cond, value, pe)
-        _ATOMIC_KERNELS[key] = cuda.jit(run)
-    return _ATOMIC_KERNELS[key]
+    device_atomic = getattr(dev, name)
+    if operands == 0:
+        def apply(dest, cond, value, pe):
+            return device_atomic(dest, pe)
+    elif operands == 1:
+        def apply(dest, cond, value, pe):
+            return device_atomic(dest, value, pe)
+    else:
+        def apply(dest, cond, value, pe):
+            return device_atomic(dest, cond, value, pe)
+    apply = cuda.jit(device=True)(apply)
+    if fetch:
+        def run(dest, cond, value, pe, out):
+            out[0] = apply(dest, cond, value, pe)
+    else:
+        def run(dest, cond, value, pe):
+            apply(dest, cond, value, pe)
+    return cuda.jit(run)
 
 
 def atomic(name: str, operands: int, fetch: bool, dest, cond, value, pe: int, stream, fn: str):
@@ -216,21 +213,17 @@ def team_barrier(team: int, complete_rma: bool, stream, fn: str) -> None:
     _launch(_barrier_kernel if complete_rma else _sync_kernel, 1, stream, fn, team)
 
 
-_COLLECTIVE_KERNELS: dict = {}
-
-
+@functools.cache
 def _collective_kernel(name: str):
     """The kernel that runs device collective ``<name>_block`` (compiled on first use)."""
-    if name not in _COLLECTIVE_KERNELS:
-        block_form = getattr(dev, f"{name}_block")
-        if name == "broadcast":
-            def run(team, dest, src, root):
-                block_form(team, dest, src, root)
-        else:
-            def run(team, dest, src):
-                block_form(team, dest, src)
-        _COLLECTIVE_KERNELS[name] = cuda.jit(run)
-    return _COLLECTIVE_KERNELS[name]
+    block_form = getattr(dev, f"{name}_block")
+    if name == "broadcast":
+        def run(team, dest, src, root):
+            block_form(team, dest, src, root)
+    else:
+        def run(team, dest, src):
+            block_form(team, dest, src)
+    return cuda.jit(run)
 
 
 def collective(name: str, team: int, dest, src, *extra, stream, fn: str) -> None:
