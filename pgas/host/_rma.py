@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import check_contiguous, check_dtypes_match, check_fits, check_pe
+from .._errors import PgasValueError
 from ._keywords import nvshmem4py_keywords
 from ._memory import as_ndarray
 from ._runtime import Runtime, runtime
@@ -58,6 +59,8 @@ def _get(fn: str, dest, src, pe, stream, nbi: bool) -> None:
     d, s = as_ndarray(dest, fn, "dest"), as_ndarray(src, fn, "src")
     check_dtypes_match(fn, d, s)
     check_contiguous(fn, "dest", d)
+    if isinstance(d, np.ndarray) and not d.flags.writeable:
+        raise PgasValueError(f"{fn}: dest must be writable, got a read-only numpy array")
     check_contiguous(fn, "src", s)
     check_fits(fn, "src", s, d.size, "get copies dest.size elements")
     rt.heap.offset_of(s, fn, "src")
@@ -83,7 +86,9 @@ def put(dest, src, pe: int, stream=None) -> None:
         cuda backend: ordered on this stream. Without one the copy is complete on return,
         as it always is on the simulator backend.
     """
-    _put("pgas.put", dest, src, pe, stream, False)
+    direct = runtime("pgas.put").direct
+    if direct is None or not direct.put(dest, src, pe):
+        _put("pgas.put", dest, src, pe, stream, False)
 
 
 @nvshmem4py_keywords("dst", "remote_pe")
@@ -103,7 +108,9 @@ def get(dest, src, pe: int, stream=None) -> None:
     stream : optional
         As for ``put``.
     """
-    _get("pgas.get", dest, src, pe, stream, False)
+    direct = runtime("pgas.get").direct
+    if direct is None or not direct.get(dest, src, pe):
+        _get("pgas.get", dest, src, pe, stream, False)
 
 
 @nvshmem4py_keywords("dst", "remote_pe")

@@ -19,6 +19,7 @@ from .._env import setting, shown
 from .._errors import PgasConfigError, PgasError, PgasTimeoutError, PgasValueError
 from ._allocator import HeapAllocator
 from ._bootstrap import Bootstrap, bootstrap
+from ._direct import DirectCopies
 from ._heap import SymmetricHeap
 from ._team_table import predefined_teams
 from ._transport import Transports
@@ -48,8 +49,14 @@ class Runtime:
     collective_cache: dict = field(init=False, default_factory=dict)
     # How this PE reaches each PE (load/store or the NIC); set by init once the heap is up.
     transports: Transports | None = field(init=False, default=None)
+    # The fast path of small host put/get to PEs mapped here (simulator backend; else None).
+    direct: DirectCopies | None = field(init=False, default=None)
+    # True on the cuda backend (arrays are numba device arrays in GPU memory); a field, not
+    # a property, as the small host calls read it each time.
+    on_gpu: bool = field(init=False)
 
     def __post_init__(self):
+        self.on_gpu = self.heap.device_arrays
         n = self.boot.n_pes
         own_words = [MAX_TEAMS * (n + 1) * 8, MAX_TEAMS * COLLECTIVE_WORDS * 8]
         needed = sum(self.allocator.reserved_size(nbytes) for nbytes in own_words)
@@ -82,10 +89,6 @@ class Runtime:
         self.collective_calls[slot] = 0
         self.collective_cache.pop(slot, None)
 
-    @property
-    def on_gpu(self) -> bool:
-        """True on the cuda backend (arrays are numba device arrays in GPU memory)."""
-        return self.heap.device_arrays
 
     @property
     def my_pe(self) -> int:
@@ -253,6 +256,7 @@ def init(comm=None, *, mpi_comm=None, initializer_method=None, device=None) -> N
     try:
         rt = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
         rt.transports = Transports(boot, heap, timeout)
+        rt.direct = None if heap.device_arrays else DirectCopies(heap)
     except Exception:
         heap.close()
         raise
@@ -273,6 +277,8 @@ def finalize() -> None:
     rt.transports.quiet("pgas.finalize")
     wait_all(rt.boot.comm, "pgas.finalize")   # after it nobody sends this PE's NIC requests
     rt.transports.close()
+    if rt.direct is not None:
+        rt.direct.close()
     rt.heap.close()
     for team in rt.teams[2:]:
         if team is not None:

@@ -143,3 +143,51 @@ def check_host_rma_errors_and_nvshmem4py_keywords():
         pgas.put(dest, np.zeros(4, np.int32), dst=dest, pe=0)
     pgas.barrier_all()
     pgas.free(dest)
+
+
+def check_small_put_get_fast_path_is_taken_and_keeps_the_checks():
+    """put/get between plain arrays go through the cached fast path (simulator, PEs mapped
+    here); everything it does not take gets the general path's results and errors."""
+    from pgas.host._runtime import runtime
+    me, n, right, left = ring_neighbours()
+    direct = runtime("test").direct
+    mapped = pgas.info()["transports"][right] in ("self", "p2p")
+    dest = pgas.zeros(16, np.int64)
+    grid = pgas.zeros((2, 3), np.int64)
+    if direct is not None:      # the simulator: taken exactly where the peer is mapped here
+        assert direct.put(dest[4:8], np.arange(4, dtype=np.int64), right) is mapped
+        assert direct.get(np.zeros(4, np.int64), dest, right) is mapped
+        assert not direct.put(dest, np.zeros(4, np.int32), right)          # dtype differs
+        assert not direct.put(dest, np.zeros(17, np.int64), right)         # does not fit
+        assert not direct.put(dest, np.zeros(8, np.int64)[::2], right)     # strided source
+        assert not direct.put(dest, np.zeros(4, np.int64), n)              # no such PE
+        assert not direct.put(dest, np.zeros(4, np.int64), np.int64(right))  # not an int: checked in full
+        assert not direct.put(np.zeros(16, np.int64), np.zeros(4, np.int64), right)   # dest not symmetric
+    pgas.barrier_all()
+    # the same calls through pgas: right results, the general path's errors
+    for step in range(300):     # more arrays than the cache holds: entries are dropped and remade
+        piece = dest[step % 13:step % 13 + 3]
+        pgas.put(piece, np.full(3, me * 1000 + step, np.int64), right)
+        out = np.zeros(3, np.int64)
+        pgas.get(out, piece, right)
+        assert out.tolist() == [me * 1000 + step] * 3, step
+    pgas.put(grid, np.arange(6, dtype=np.int64).reshape(2, 3) + me, right)   # 2-D: the general path
+    pgas.barrier_all()
+    assert grid.copy_to_host().tolist() == (np.arange(6).reshape(2, 3) + left).tolist()
+    with pytest.raises(pgas.PgasError, match=rf"pgas.put: pe must be within \[0, {n}\), got {n}"):
+        pgas.put(dest, np.zeros(4, np.int64), n)
+    with pytest.raises(pgas.PgasError, match=r"pgas.put: dest and src must have the same dtype"):
+        pgas.put(dest, np.zeros(4, np.int32), right)
+    with pytest.raises(pgas.PgasError, match=r"pgas.put: dest has 16 elements but 17 are needed"):
+        pgas.put(dest, np.zeros(17, np.int64), right)
+    with pytest.raises(pgas.PgasError, match=r"pgas.get: dest must be C-contiguous"):
+        pgas.get(np.zeros(8, np.int64)[::2], dest, right)
+    with pytest.raises(pgas.PgasError, match=r"pgas.put: dest is not symmetric memory"):
+        pgas.put(np.zeros(16, np.int64), np.zeros(4, np.int64), right)
+    readonly = np.zeros(4, np.int64)
+    readonly.flags.writeable = False
+    with pytest.raises(pgas.PgasError, match="pgas.get: dest must be writable, got a read-only numpy array"):
+        pgas.get(readonly, dest, right)
+    pgas.barrier_all()
+    pgas.free(grid)
+    pgas.free(dest)
