@@ -1,0 +1,86 @@
+"""Small host put and get latency, beside MPI RMA on a window, in the same run.
+
+    pgasrun -np 2 python -m pgas.bench latency
+    pgasrun -np 2 --pes-per-node 1 python -m pgas.bench latency    # through the NIC (another node)
+
+PE 0 to PE 1, from 8 B to 4 KiB: ``pgas.put`` + ``pgas.quiet`` and ``pgas.get`` from
+numpy arrays into a symmetric array, against mpi4py's ``Put`` + ``Flush`` and ``Get`` +
+``Flush`` on a window from ``MPI.Win.Allocate`` (passive target, ``Lock_all``), the
+closest MPI has to a symmetric heap; pgas and MPI in turn at each size. Each figure is the
+best mean of several repetitions; ``MPI/pgas`` above 1 means pgas is faster. While PE 0
+measures, PE 1 waits in a barrier (pgas's, which sleeps, while pgas is timed; MPI's while
+MPI is, as passive-target RMA may need the target inside MPI).
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from mpi4py import MPI
+
+import pgas
+
+from ._timing import best_seconds, human_bytes
+
+SIZES = [8, 32, 128, 512, 1024, 4096]
+
+
+def _pgas_figures(dest, size: int, iterations: int) -> tuple[float, float]:
+    src, back, target = np.ones(size, np.uint8), np.zeros(size, np.uint8), dest[:size]
+
+    def put():
+        pgas.put(target, src, 1)
+        pgas.quiet()
+    return best_seconds(put, iterations), best_seconds(lambda: pgas.get(back, target, 1), iterations)
+
+
+def _mpi_figures(win, size: int, iterations: int) -> tuple[float, float]:
+    src, back = np.ones(size, np.uint8), np.zeros(size, np.uint8)
+
+    def put():
+        win.Put(src, 1)
+        win.Flush(1)
+
+    def get():
+        win.Get(back, 1)
+        win.Flush(1)
+    return best_seconds(put, iterations), best_seconds(get, iterations)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pgas.bench latency", description=__doc__.split("\n")[0])
+    parser.add_argument("--iters", type=int, default=20000, help="calls per repetition")
+    args = parser.parse_args(argv)
+    pgas.init()
+    me, n = pgas.my_pe(), pgas.n_pes()
+    if n != 2:
+        raise SystemExit("latency needs 2 PEs: pgasrun -np 2 python -m pgas.bench latency")
+    comm = MPI.COMM_WORLD
+    dest = pgas.zeros(max(SIZES), np.uint8)
+    win = MPI.Win.Allocate(max(SIZES) if me == 1 else 0, comm=comm)
+    win.Lock_all()
+    ours, theirs = {}, {}
+    for size in SIZES:      # pgas and MPI in turn at each size: both see the same machine
+        if me == 0:
+            ours[size] = _pgas_figures(dest, size, args.iters)
+        pgas.barrier_all()
+        if me == 0:
+            theirs[size] = _mpi_figures(win, size, args.iters)
+        comm.Barrier()
+    win.Unlock_all()
+    win.Free()
+    if me == 0:
+        print(f"PE 0 -> PE 1 through {pgas.info()['transports'][1]}; microseconds per call; "
+              "MPI/pgas above 1: pgas is faster")
+        print(f"{'size':>7} {'put+quiet':>10} {'MPI Put+Flush':>14} {'MPI/pgas':>9} "
+              f"{'get':>8} {'MPI Get+Flush':>14} {'MPI/pgas':>9}")
+        for size in SIZES:
+            (put, get), (mpi_put, mpi_get) = ours[size], theirs[size]
+            print(f"{human_bytes(size):>7} {put * 1e6:10.2f} {mpi_put * 1e6:14.2f} {mpi_put / put:9.2f} "
+                  f"{get * 1e6:8.2f} {mpi_get * 1e6:14.2f} {mpi_get / get:9.2f}", flush=True)
+    pgas.free(dest)
+    pgas.finalize()
+
+
+if __name__ == "__main__":
+    main()
