@@ -29,48 +29,80 @@ import numpy as np
 from .. import _cpu_atomics
 from .._checks import check_contiguous, check_dtypes_match, check_root
 from .._errors import PgasValueError
-from .._reductions import reduction_ufunc
+from .._reductions import reduce_into, reduction_ufunc
 from .._trees import double_binary_tree
 from .._waiting import Wait
+from . import _eager
 from ._heap import array_span, overlap
 from ._memory import as_ndarray
+from . import _runtime
 from ._runtime import runtime
 from ._team_table import team_of
 
 __all__ = ["broadcast", "fcollect", "alltoall", "reduce", "reducescatter", "ALGORITHMS"]
 
-ALGORITHMS = ("auto", "ring", "tree", "oneshot")
+ALGORITHMS = ("auto", "eager", "ring", "tree", "oneshot")
 _STRIDE = 1 << 32
 # progress words (columns of Runtime.collective_words)
 _READY, _DONE, _RING, _UP0, _DOWN0, _UP1, _DOWN1 = range(7)
 _TREE_CHUNK_BYTES = 1 << 20          # pipelining unit of the tree
 _ONESHOT_MAX_TRAFFIC = 16 << 20     # auto: oneshot while n_pes x bytes stays below this
 _SPIN_S = 1e-3                       # waits yield the core this long before sleeping
+_CACHED_PLANS = 256                  # kept calls per PE (all dropped when full)
 
 
 class _Call:
-    """One collective call on one team: peers' views and progress words."""
+    """One collective call on one team, once its arguments are checked: the flat data of
+    dest and src, the members' copies of them, the progress words. Kept (``keep``) under
+    the call's arguments, it runs again for a repeated call without any of that work."""
 
     def __init__(self, fn: str, team):
         rt = runtime(fn)
         self.fn, self.rt = fn, rt
         self.team = team_of(rt, team, fn)
-        self.me, self.n = self.team.my_index, self.team.size
-        slot = self.team.handle
-        rt.collective_calls[slot] += 1
-        self.base = rt.collective_calls[slot] * _STRIDE
-        self.clock = Wait(fn, rt.timeout, spin_s=_SPIN_S)
+        self.slot, self.me, self.n = self.team.handle, self.team.my_index, self.team.size
 
-    @property
-    def loads(self):
-        return self._accessors()[0]
+    def arrays(self, dest, src) -> tuple[np.ndarray, np.ndarray]:
+        """The flat data of symmetric ``dest`` and ``src`` (C-contiguous, in the heap)."""
+        self.dest, self.src = dest, src
+        self.d, self.s = self._symmetric(dest, "dest"), self._symmetric(src, "src")
+        return self.d, self.s
 
-    @property
-    def stores(self):
-        return self._accessors()[1]
+    def _symmetric(self, arr, what: str) -> np.ndarray:
+        data = as_ndarray(arr, self.fn, what)
+        check_contiguous(self.fn, what, data)
+        self.rt.heap.offset_of(data, self.fn, what)
+        return data.reshape(-1)
+
+    def keep(self, key: tuple, body) -> None:
+        """Run ``body`` (eager: an ``_eager.runner``), now and for every repeat of this call."""
+        self.run = body
+        plans = self.rt.collective_plans
+        if len(plans) >= _CACHED_PLANS:
+            plans.clear()
+        plans[key] = self
+        body()
+
+    def general(self, body):
+        """``body`` as a call of the general algorithms: numbered first (``start``)."""
+        def run():
+            self.start()
+            body()
+        return run
+
+    def start(self) -> None:
+        """Number this call among the team's calls of the general algorithms (eager calls
+        keep their own count); the clock of its waits."""
+        calls = self.rt.collective_calls
+        calls[self.slot] += 1
+        self.base = calls[self.slot] * _STRIDE
+        self.clock = Wait(self.fn, self.rt.timeout, spin_s=_SPIN_S)
+        if not hasattr(self, "loads"):
+            self.loads, self.stores = self._accessors()
+            self.views = {"src": self._peer_views(self.s, "src"), "dest": self._peer_views(self.d, "dest")}
 
     def _accessors(self):
-        slot = self.team.handle
+        slot = self.slot
         if slot not in self.rt.collective_cache:
             self.rt.collective_cache[slot] = self._word_accessors(slot)
         return self.rt.collective_cache[slot]
@@ -85,16 +117,20 @@ class _Call:
         stores = [_cpu_atomics.int64_word(row[w:w + 1], self.fn, "progress")[1] for w in range(len(row))]
         return loads, stores
 
-    def symmetric(self, arr, what: str) -> np.ndarray:
-        data = as_ndarray(arr, self.fn, what)
-        check_contiguous(self.fn, what, data)
-        self.rt.heap.offset_of(data, self.fn, what)
-        return data.reshape(-1)
+    def _peer_views(self, data: np.ndarray, what: str) -> list:
+        """Each member's copy of ``data`` where it is mapped here, else None (read through the NIC)."""
+        heap = self.rt.heap
+        return [heap.view_on(pe, data, self.fn, what) if heap.reachable(pe) else None for pe in self.team.pes]
 
-    def on(self, rank: int, data: np.ndarray, what: str) -> np.ndarray:
-        """Member ``rank``'s copy of symmetric ``data`` as it is now: a view where it is
-        mapped, else a copy fetched through the NIC (read it again after it changes)."""
-        return self.rt.transports.read(self.fn, self.team.pes[rank], data, what)
+    def read(self, rank: int, which: str, part: slice = slice(None)) -> np.ndarray:
+        """Elements ``part`` of member ``rank``'s copy of this call's ``which`` ("src" or
+        "dest") as they are now: a view where mapped, else a copy fetched through the NIC
+        (read it again after it changes)."""
+        view = self.views[which][rank]
+        if view is not None:
+            return view[part]
+        mine = self.s if which == "src" else self.d
+        return self.rt.transports.read(self.fn, self.team.pes[rank], mine[part], which)
 
     def publish(self, word: int, step: int) -> None:
         self.stores[word](self.base + step)
@@ -108,6 +144,18 @@ class _Call:
         for rank in range(self.n):
             if rank != self.me:
                 self.wait(rank, word, step, what)
+
+
+def _repeat(key: tuple, dest, src) -> bool:
+    """Run the call kept under ``key`` (the collective, its team handle and options, then
+    ``id(dest)``, ``id(src)``) for these very ``dest`` and ``src`` objects, if there is one
+    and its team still exists: True. Before init there is none (the full call says so)."""
+    rt = _runtime._runtime
+    kept = rt.collective_plans.get(key) if rt is not None else None
+    if kept is None or kept.dest is not dest or kept.src is not src or rt.teams[kept.slot] is not kept.team:
+        return False
+    kept.run()
+    return True
 
 
 def _checked_pair(call: _Call, d, s, dest_size, src_size, why: str) -> None:
@@ -142,99 +190,117 @@ def _pull_all(call: _Call, body) -> None:
 
 def broadcast(team, dest, src, root: int, stream=None) -> None:
     """Copy team rank ``root``'s ``src`` into ``dest`` on every member (root included)."""
+    key = ("broadcast", team, root, id(dest), id(src))
+    if type(team) is int and type(root) is int and _repeat(key, dest, src):
+        return
     call = _Call("pgas.broadcast", team)
-    d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
+    d, s = call.arrays(dest, src)
     check_dtypes_match(call.fn, d, s)
     if d.size != s.size:
         raise PgasValueError(f"{call.fn}: dest and src must have the same size, got {d.size} and {s.size}")
     check_root(call.fn, root, call.n)
     if _on_gpu(call, "broadcast", d, s, root, stream=stream):
         return
-    if call.me == root:
-        call.publish(_READY, 1)
-        if not np.shares_memory(d, s):
-            np.copyto(d, s)
-        for rank in range(call.n):
-            if rank != root:
-                call.wait(rank, _DONE, 1, "to finish reading the root's src")
-    else:
-        call.wait(root, _READY, 1, "(the root) to enter the broadcast")
-        np.copyto(d, call.on(root, s, "src"))
-        call.publish(_DONE, 1)
+    root = int(root)
+    if _eager.usable(call.rt, call.team, s.nbytes):
+        call.keep(key, _eager.runner(call, "broadcast", root))
+        return
+    same = np.shares_memory(d, s)
+
+    def run():
+        if call.me == root:
+            call.publish(_READY, 1)
+            if not same:
+                np.copyto(d, s)
+            for rank in range(call.n):
+                if rank != root:
+                    call.wait(rank, _DONE, 1, "to finish reading the root's src")
+        else:
+            call.wait(root, _READY, 1, "(the root) to enter the broadcast")
+            np.copyto(d, call.read(root, "src"))
+            call.publish(_DONE, 1)
+    call.keep(key, call.general(run))
 
 
 def fcollect(team, dest, src, stream=None) -> None:
     """Concatenate every member's ``src`` into ``dest`` (all-gather), in team-rank order."""
+    key = ("fcollect", team, id(dest), id(src))
+    if type(team) is int and _repeat(key, dest, src):
+        return
     call = _Call("pgas.fcollect", team)
-    d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
-    _checked_pair(call, d, s, call.n * s.size, s.size,
-                         "dest must hold team size x src.size elements")
+    d, s = call.arrays(dest, src)
+    _checked_pair(call, d, s, call.n * s.size, s.size, "dest must hold team size x src.size elements")
     _no_overlap(call, d, s)
     if _on_gpu(call, "fcollect", d, s, stream=stream):
         return
+    if _eager.usable(call.rt, call.team, s.nbytes):
+        call.keep(key, _eager.runner(call, "fcollect", None))
+        return
     m = s.size
+    blocks = [d[rank * m:(rank + 1) * m] for rank in range(call.n)]
 
     def gather():
-        for rank in range(call.n):
-            np.copyto(d[rank * m:(rank + 1) * m], call.on(rank, s, "src"))
-    _pull_all(call, gather)
+        for rank, block in enumerate(blocks):
+            np.copyto(block, call.read(rank, "src"))
+    call.keep(key, call.general(lambda: _pull_all(call, gather)))
 
 
 def alltoall(team, dest, src, stream=None) -> None:
     """Block j of member i's ``src`` goes to block i of member j's ``dest`` (equal blocks)."""
+    key = ("alltoall", team, id(dest), id(src))
+    if type(team) is int and _repeat(key, dest, src):
+        return
     call = _Call("pgas.alltoall", team)
-    s = call.symmetric(src, "src")
+    s = call._symmetric(src, "src")
     if s.size % call.n:
         raise PgasValueError(f"{call.fn}: src.size ({s.size}) must be a multiple of the team size ({call.n})")
-    d = call.symmetric(dest, "dest")
+    d, s = call.arrays(dest, src)
     _checked_pair(call, d, s, s.size, s.size, "dest and src must have the same size")
     _no_overlap(call, d, s)
     if _on_gpu(call, "alltoall", d, s, stream=stream):
         return
     m, me = s.size // call.n, call.me
+    mine = slice(me * m, (me + 1) * m)
+    blocks = [d[rank * m:(rank + 1) * m] for rank in range(call.n)]
 
     def exchange():
-        for rank in range(call.n):
-            np.copyto(d[rank * m:(rank + 1) * m], call.on(rank, s[me * m:(me + 1) * m], "src"))
-    _pull_all(call, exchange)
+        for rank, block in enumerate(blocks):
+            np.copyto(block, call.read(rank, "src", mine))
+    call.keep(key, call.general(lambda: _pull_all(call, exchange)))
 
 
 def reducescatter(team, dest, src, op: str = "sum", stream=None) -> None:
     """Reduce every member's ``src`` element-wise with ``op``; member i keeps block i in ``dest``."""
+    key = ("reducescatter", team, op, id(dest), id(src))
+    if type(team) is int and _repeat(key, dest, src):
+        return
     call = _Call("pgas.reducescatter", team)
-    d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
-    _checked_pair(call, d, s, d.size, call.n * d.size,
-                         "src must hold team size x dest.size elements")
+    d, s = call.arrays(dest, src)
+    _checked_pair(call, d, s, d.size, call.n * d.size, "src must hold team size x dest.size elements")
     _no_overlap(call, d, s)
     ufunc = reduction_ufunc(call.fn, op, d.dtype)
     if _on_gpu(call, f"{op}_reducescatter", d, s, stream=stream):
         return
     m, me = d.size, call.me
+    block = slice(me * m, (me + 1) * m)
 
     def reduce_my_block():
-        block = s[me * m:(me + 1) * m]
-        _reduce_into(d, [call.on(rank, block, "src") for rank in range(call.n)], ufunc)
-    _pull_all(call, reduce_my_block)
-
-
-def _reduce_into(out: np.ndarray, arrays: list, ufunc) -> None:
-    """out = arrays[0] op arrays[1] op ..., in that order, in as few passes as possible."""
-    if len(arrays) == 1:
-        np.copyto(out, arrays[0])
-        return
-    ufunc(arrays[0], arrays[1], out=out)
-    for more in arrays[2:]:
-        ufunc(out, more, out=out)
+        reduce_into(d, [call.read(rank, "src", block) for rank in range(call.n)], ufunc)
+    call.keep(key, call.general(lambda: _pull_all(call, reduce_my_block)))
 
 
 def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "auto") -> None:
     """All-reduce: ``dest`` on every member = ``op`` over all members' ``src``, element-wise.
 
-    ``dest`` may be ``src`` (in place). ``algorithm``: ``auto``, ``ring``, ``tree`` (double
-    binary tree) or ``oneshot``. Every member gets bit-identical results.
+    ``dest`` may be ``src`` (in place). ``algorithm``: ``auto``, ``eager`` (one round
+    through staging buffers, small arrays on one node), ``ring``, ``tree`` (double binary
+    tree) or ``oneshot``. Every member gets bit-identical results.
     """
+    key = ("reduce", team, op, algorithm, id(dest), id(src))
+    if type(team) is int and _repeat(key, dest, src):
+        return
     call = _Call("pgas.reduce", team)
-    d, s = call.symmetric(dest, "dest"), call.symmetric(src, "src")
+    d, s = call.arrays(dest, src)
     _checked_pair(call, d, s, s.size, s.size, "dest and src must have the same size")
     in_place = overlap(d, s, call.fn)
     if in_place and array_span(d, call.fn, "dest")[0] != array_span(s, call.fn, "src")[0]:
@@ -248,25 +314,36 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
             "backend a host reduction runs the device all-reduce as a kernel: use algorithm='auto'")
     if _on_gpu(call, f"{op}_reduce", d, s, stream=stream):
         return
-    if algorithm == "auto":
-        algorithm = choose_algorithm(d.nbytes, call.n)
-    if call.n == 1:
-        if not in_place:
-            np.copyto(d, s)
-        return
-    {"oneshot": _oneshot, "ring": _ring, "tree": _tree}[algorithm](call, d, s, ufunc, in_place)
+    eager = _eager.usable(call.rt, call.team, d.nbytes)
+    chosen = choose_algorithm(d.nbytes, call.n, eager) if algorithm == "auto" else algorithm
+    if chosen == "eager":
+        if not eager:
+            raise PgasValueError(
+                f"{call.fn}: algorithm='eager' needs every team member's heap mapped here (one node) and at "
+                f"most {_eager.capacity(call.rt, call.slot)} bytes per member; got {d.nbytes} bytes on a team "
+                f"of PEs {list(call.team.pes)}")
+        call.keep(key, _eager.runner(call, "reduce", ufunc))
+    elif call.n == 1:
+        call.keep(key, call.general(lambda: None if in_place else np.copyto(d, s)))
+    else:
+        algorithm_body = {"oneshot": _oneshot, "ring": _ring, "tree": _tree}[chosen]
+        call.keep(key, call.general(lambda: algorithm_body(call, d, s, ufunc, in_place)))
 
 
-def choose_algorithm(nbytes: int, n_pes: int) -> str:
-    """What ``algorithm="auto"`` runs for ``nbytes`` over ``n_pes`` members.
+def choose_algorithm(nbytes: int, n_pes: int, eager: bool = False) -> str:
+    """What ``algorithm="auto"`` runs for ``nbytes`` over ``n_pes`` members; ``eager``:
+    whether the eager path can run (``_eager.usable``).
 
-    oneshot reads n_pes x nbytes per member, the ring about 2 x nbytes: oneshot wins while
-    that is small, and always on 2 PEs (the same traffic, fewer steps). Measured
-    crossovers: docs/collectives.md.
+    Eager (one synchronization round, through staging buffers) wherever it can run: it
+    beat every other algorithm up to its largest size. Above, oneshot reads n_pes x nbytes
+    per member, the ring about 2 x nbytes: oneshot wins while that is small, and always
+    on 2 PEs (the same traffic, fewer steps). Measured crossovers: docs/collectives.md.
 
     The double binary tree is never chosen: on the machines measured so far (up to 8 PEs)
     the ring beat it at every size; its log(n) depth pays off at scales not measured yet.
     """
+    if eager:
+        return "eager"
     if n_pes <= 2 or nbytes * n_pes <= _ONESHOT_MAX_TRAFFIC:
         return "oneshot"
     return "ring"
@@ -276,7 +353,7 @@ def _oneshot(call: _Call, d, s, ufunc, in_place) -> None:
     result = np.empty_like(d) if in_place else d
 
     def reduce_all():
-        _reduce_into(result, [call.on(rank, s, "src") for rank in range(call.n)], ufunc)
+        reduce_into(result, [call.read(rank, "src") for rank in range(call.n)], ufunc)
     _pull_all(call, reduce_all)
     if in_place:
         np.copyto(d, result)
@@ -300,13 +377,13 @@ def _ring(call: _Call, d, s, ufunc, in_place) -> None:
     for k in range(n - 1):                       # reduce-scatter
         c = chunk[(me - k - 1) % n]
         call.wait(left, _RING, k + 1, f"(ring reduce-scatter step {k})")
-        ufunc(s[c], call.on(left, d[c], "dest"), out=d[c])
+        ufunc(s[c], call.read(left, "dest", c), out=d[c])
         call.publish(_RING, k + 2)
     for k in range(n - 1):                       # all-gather
         c = chunk[(me - k) % n]
         call.wait(left, _RING, n + k, f"(ring all-gather step {k})")
         call.wait(right, _RING, k + 2, f"(ring reduce-scatter step {k})")
-        np.copyto(d[c], call.on(left, d[c], "dest"))
+        np.copyto(d[c], call.read(left, "dest", c))
         call.publish(_RING, n + k + 1)
     call.wait(right, _RING, 2 * n - 1, "(end of the ring)")
 
@@ -331,7 +408,7 @@ def _tree(call: _Call, d, s, ufunc, in_place) -> None:
             c, (up, down) = chunks[t][i], words[t]
             for child in tree.children:
                 call.wait(child, up, i + 1, f"(tree {t} reduce, chunk {i})")
-            _reduce_into(d[c], [s[c], *(call.on(child, d[c], "dest") for child in tree.children)], ufunc)
+            reduce_into(d[c], [s[c], *(call.read(child, "dest", c) for child in tree.children)], ufunc)
             call.publish(up, i + 1)
             if tree.parent < 0:
                 call.publish(down, i + 1)
@@ -341,7 +418,7 @@ def _tree(call: _Call, d, s, ufunc, in_place) -> None:
                 continue
             c, (_, down) = chunks[t][i], words[t]
             call.wait(tree.parent, down, i + 1, f"(tree {t} broadcast, chunk {i})")
-            np.copyto(d[c], call.on(tree.parent, d[c], "dest"))
+            np.copyto(d[c], call.read(tree.parent, "dest", c))
             call.publish(down, i + 1)
     for t, tree in enumerate(trees):             # children have read my dest
         for child in tree.children if chunks[t] else ():

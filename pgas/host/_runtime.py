@@ -12,9 +12,14 @@ import numpy as np
 
 from .. import _job
 from .._backend import backend_name
-from .._constants import MAX_TEAMS
+from .._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
 
 COLLECTIVE_WORDS = 8  # per team: progress counters of the host collective algorithms
+# Per team slot, the size of each of a PE's two staging buffers for the eager collectives
+# (simulator backend only: on cuda the host collectives run device kernels; see _eager):
+# larger for the predefined teams, which most calls use, than for split teams.
+EAGER_BYTES = tuple((1 << 20) if slot in (TEAM_WORLD, TEAM_NODE) else (32 << 10) for slot in range(MAX_TEAMS))
+EAGER_FIRST = tuple(2 * sum(EAGER_BYTES[:slot]) for slot in range(MAX_TEAMS))   # a slot's offset in them
 from .._env import setting, shown
 from .._errors import PgasConfigError, PgasError, PgasTimeoutError, PgasValueError
 from ._allocator import HeapAllocator
@@ -47,6 +52,14 @@ class Runtime:
     collective_calls: list = field(init=False)
     # Per team slot: the bound progress-word accessors of host collectives (built lazily).
     collective_cache: dict = field(init=False, default_factory=dict)
+    # Per team slot, [eager collectives called so far, the highest call number every member
+    # is known to have published] (_eager); the heap offset of their staging buffers
+    # (EAGER_BYTES and EAGER_FIRST; None on the cuda backend).
+    eager_state: list = field(init=False)
+    eager_offset: int | None = field(init=False, default=None)
+    # Host collective calls kept for repeats, by collective, team, options and the ids of
+    # dest and src (_collectives).
+    collective_plans: dict = field(init=False, default_factory=dict)
     # How this PE reaches each PE (load/store or the NIC); set by init once the heap is up.
     transports: Transports | None = field(init=False, default=None)
     # The fast path of small host put/get to PEs mapped here (simulator backend; else None).
@@ -59,6 +72,8 @@ class Runtime:
         self.on_gpu = self.heap.device_arrays
         n = self.boot.n_pes
         own_words = [MAX_TEAMS * (n + 1) * 8, MAX_TEAMS * COLLECTIVE_WORDS * 8]
+        if not self.on_gpu:
+            own_words.append(2 * sum(EAGER_BYTES))
         needed = sum(self.allocator.reserved_size(nbytes) for nbytes in own_words)
         if self.allocator.size < needed:
             raise PgasConfigError(
@@ -69,12 +84,15 @@ class Runtime:
         self.sync_words = self.heap.array_at(self._sync_offset, (MAX_TEAMS, n + 1), np.int64)
         self._collective_offset = self.allocator.allocate(MAX_TEAMS * COLLECTIVE_WORDS * 8)
         self.collective_words = self.heap.array_at(self._collective_offset, (MAX_TEAMS, COLLECTIVE_WORDS), np.int64)
+        if not self.on_gpu:
+            self.eager_offset = self.allocator.allocate(2 * sum(EAGER_BYTES))
         self.heap.zero(0, self.allocator.bytes_used)
         self.teams = [None] * MAX_TEAMS
         for slot, team in enumerate(predefined_teams(self.boot)):
             if team is not None:
                 self.set_team(slot, team)
         self.collective_calls = [0] * MAX_TEAMS
+        self.eager_state = [[0, 0] for _ in range(MAX_TEAMS)]
 
     def set_team(self, slot: int, team) -> None:
         """Put ``team`` (or None: free the slot) in ``slot``, here and in the device state."""
@@ -87,6 +105,7 @@ class Runtime:
         self.heap.zero(self._sync_offset + slot * (n + 1) * 8, (n + 1) * 8)
         self.heap.zero(self._collective_offset + slot * COLLECTIVE_WORDS * 8, COLLECTIVE_WORDS * 8)
         self.collective_calls[slot] = 0
+        self.eager_state[slot][:] = [0, 0]
         self.collective_cache.pop(slot, None)
 
 

@@ -1,0 +1,113 @@
+"""Eager collectives: small broadcast, fcollect and all-reduce in one synchronization round.
+
+The general algorithms (``_collectives``) read the peers' arrays in place, so each call
+takes two rounds: every member ready, then every member done reading (before any may
+change its ``src``). Here, as in MPI's eager protocol, each member first copies its
+contribution into its own staging buffer for the team, publishes the call's number in its
+eager word (release), waits for the words of the members it reads (acquire) and reads
+their buffers: one round. Each member has two buffers per team, used by alternate eager
+calls. A member writes the buffer of call m again at call m + 2, and only once every
+member has published call m + 1, which each does after it has finished reading call m.
+
+Eager runs (simulator backend) where every member's heap is mapped here and one member's
+contribution fits its buffer (``capacity``); ``choose_algorithm`` picks it by measured
+crossovers (docs/collectives.md).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _cpu_atomics
+from .._reductions import reduce_into
+from .._waiting import Wait
+from ._runtime import EAGER_BYTES, EAGER_FIRST
+
+__all__ = ["EAGER_WORD", "capacity", "usable", "runner"]
+
+EAGER_WORD = 7                  # the column of Runtime.collective_words these calls count in
+_SPIN_S = 1e-3                  # waits yield the core this long before sleeping
+
+
+def capacity(rt, slot: int) -> int:
+    """Bytes per member an eager call on team ``slot`` can take (0 on the cuda backend)."""
+    return 0 if rt.eager_offset is None else EAGER_BYTES[slot]
+
+
+def usable(rt, team, nbytes: int) -> bool:
+    """True when an eager call of ``nbytes`` per member can run on ``team`` here."""
+    return nbytes <= capacity(rt, team.handle) and all(rt.heap.reachable(pe) for pe in team.pes)
+
+
+def runner(call, kind: str, extra):
+    """The body of eager collective ``kind`` (reduce, fcollect, broadcast) on the checked
+    arrays of ``call`` (``_collectives._Call``), with everything bound that a repeated call
+    needs (each lookup saved counts at these sizes). ``extra``: the ufunc of a reduce, the
+    root rank of a broadcast."""
+    fn, rt, team, d, s = call.fn, call.rt, call.team, call.d, call.s
+    word = rt.collective_words[team.handle][EAGER_WORD:EAGER_WORD + 1]
+    loads = [rt.transports.word_loader(fn, pe, word, "the team's eager word") for pe in team.pes]
+    store = _cpu_atomics.int64_word(word, fn, "the team's eager word")[1]
+    first = rt.eager_offset + EAGER_FIRST[team.handle]
+    # both[parity][rank]: member rank's staging buffer of that parity, shaped as src
+    both = [[np.ndarray(s.shape, s.dtype, buffer=rt.heap.views[pe], offset=first + parity * EAGER_BYTES[team.handle])
+             for pe in team.pes] for parity in (0, 1)]
+    me = team.my_index
+    others = [(rank, loads[rank]) for rank in range(team.size) if rank != me]
+    # [eager calls on the team so far, the highest call number every member is known to have published]
+    state = rt.eager_state[team.handle]
+
+    def wait(rank: int, load, number: int, what: str) -> None:
+        clock = Wait(fn, rt.timeout, spin_s=_SPIN_S)
+        while load() < number:
+            clock.pause(lambda: f"PE {team.pes[rank]} {what}")
+
+    def contribute() -> tuple[int, list]:
+        """Number the call and publish my contribution; the call's buffers."""
+        number = state[0] = state[0] + 1
+        buffers = both[number & 1]
+        if state[1] < number - 1:       # my buffer was last read at call number - 2
+            for rank, load in others:
+                if load() < number - 1:
+                    wait(rank, load, number - 1, "to finish reading the previous eager collective")
+            state[1] = number - 1
+        buffers[me][...] = s
+        store(number)
+        return number, buffers
+
+    def gather(number: int) -> None:
+        for rank, load in others:
+            if load() < number:
+                wait(rank, load, number, "to publish its contribution")
+        state[1] = number
+
+    if kind == "reduce":
+        def run():
+            number, buffers = contribute()
+            gather(number)
+            reduce_into(d, buffers, extra)
+    elif kind == "fcollect":
+        blocks = [d[r * s.size:(r + 1) * s.size] for r in range(team.size)]
+        copies = [list(zip(blocks, buffers)) for buffers in both]
+
+        def run():
+            number, _ = contribute()
+            gather(number)
+            for block, buffer in copies[number & 1]:
+                block[...] = buffer
+    elif me == extra:       # broadcast, the root
+        same = np.shares_memory(d, s)
+
+        def run():
+            contribute()
+            if not same:
+                d[...] = s
+    else:                   # broadcast, a member that reads the root's buffer
+        root_load = loads[extra]
+
+        def run():
+            number = state[0] = state[0] + 1
+            store(number)
+            if root_load() < number:
+                wait(extra, root_load, number, "(the root) to publish the broadcast")
+            d[...] = both[number & 1][extra]
+    return run
