@@ -50,6 +50,6 @@ def reduce_into(out: np.ndarray, arrays: list, ufunc) -> None:
     if len(arrays) == 1:
         out[...] = arrays[0]
         return
-    ufunc(arrays[0], arrays[1], out)      # out given by position: a tenth faster on small arrays
+    ufunc(arrays[0], arrays[1], out=out)
     for more in arrays[2:]:
-        ufunc(out, more, out)
+        ufunc(out, more, out=out)

@@ -6,6 +6,7 @@ import importlib
 
 BENCHMARKS = {"put_bw": "host put bandwidth to a peer vs a local copy (2 PEs)",
               "latency": "small host put/get latency vs MPI Put+Flush/Get+Flush on a window (2 PEs)",
+              "collectives": "all-reduce, broadcast, fcollect (auto) vs MPI from 8 B to 64 MiB (2+ PEs)",
               "allreduce": "all-reduce bandwidth per algorithm vs mpi4py Allreduce (2+ PEs)",
               "nic_load": "load test of the remote path: many threads, small puts and atomics, checksums",
               "remote": "8-byte put and fetch-add latency and rate through the NIC vs MPI RMA (2 PEs)",

@@ -2,10 +2,12 @@
 
     pgasrun -np 2 python -m pgas.bench allreduce [--plot allreduce.png]
 
-float32 sums from 4 KiB to 64 MiB over TEAM_WORLD. For each size and algorithm the time
+float32 sums from 8 B to 64 MiB over TEAM_WORLD. For each size and algorithm the time
 is the slowest PE's mean over a batch (best batch of several); bandwidths follow
-nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n. ``--plot`` writes a PNG of
-busbw per algorithm where matplotlib is installed.
+nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n. ``eager`` runs only up to its
+staging buffers' size on one node ("-" above). The last columns: the algorithm ``auto``
+picked, and the one that was fastest. ``--plot`` writes a PNG of busbw per algorithm
+where matplotlib is installed.
 """
 from __future__ import annotations
 
@@ -16,12 +18,16 @@ import numpy as np
 from mpi4py import MPI
 
 import pgas
-from pgas.host._collectives import choose_algorithm
+from pgas.host._collectives import auto_algorithm
+from pgas.host._eager import usable
+from pgas.host._runtime import runtime
+from pgas.host._team_table import team_of
 
 from ._plot import pyplot
+from ._timing import human_bytes
 
-SIZES = [4 << (10 + 2 * k) for k in range(6)] + [16 << 20, 64 << 20]   # 4 KiB ... 64 MiB
-ALGORITHMS = ["ring", "tree", "oneshot", "auto"]
+SIZES = [8 << (2 * k) for k in range(12)] + [64 << 20]   # 8 B, 32 B, ... 32 MiB, 64 MiB
+ALGORITHMS = ["eager", "oneshot", "ring", "tree", "auto"]
 BATCHES = 3
 
 
@@ -35,10 +41,6 @@ def _seconds(comm, action, iterations: int) -> float:
             action()
         best = min(best, comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / iterations)
     return best
-
-
-def _human(nbytes: int) -> str:
-    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 
 
 def _plot(path: str, rows: list, n: int) -> None:
@@ -71,22 +73,31 @@ def main(argv=None) -> None:
         print(f"all-reduce, float32 sum, {n} PEs: bus bandwidth GB/s (busbw = algbw x {factor:g}) per "
               "algorithm; algbw of auto and MPI; auto/MPI is the speed ratio")
         print(f"{'size':>8} " + " ".join(f"{a:>8}" for a in ALGORITHMS) + f" {'MPI':>8} "
-              f"{'algbw auto':>10} {'algbw MPI':>9} {'auto/MPI':>9} {'auto is':>8}")
+              f"{'algbw auto':>10} {'algbw MPI':>9} {'auto/MPI':>9} {'auto is':>8} {'fastest':>8}")
     rows = []
+    world = team_of(runtime("bench"), pgas.TEAM_WORLD, "bench")
     for size in SIZES:
         count = size // 4
-        iterations = max(3, min(200, (64 << 20) // size))
+        iterations = max(3, min(1000, (64 << 20) // size))
+        part, result = src[:count], dest[:count]       # made once: a repeated call reuses its plan
         row = {"size": size}
         for name in ALGORITHMS:
+            if name == "eager" and not usable(runtime("bench"), world, size):
+                row[name] = float("nan")
+                continue
             row[name] = size * factor / 1e9 / _seconds(
-                comm, lambda: pgas.reduce(pgas.TEAM_WORLD, dest[:count], src[:count], algorithm=name), iterations)
+                comm, lambda: pgas.reduce(pgas.TEAM_WORLD, result, part, algorithm=name), iterations)
+        mpi_part, mpi_result = mpi_src[:count], mpi_dest[:count]
         row["mpi"] = size * factor / 1e9 / _seconds(
-            comm, lambda: comm.Allreduce(mpi_src[:count], mpi_dest[:count], op=MPI.SUM), iterations)
+            comm, lambda: comm.Allreduce(mpi_part, mpi_result, op=MPI.SUM), iterations)
         rows.append(row)
         if me == 0:
-            print(f"{_human(size):>8} " + " ".join(f"{row[a]:8.2f}" for a in ALGORITHMS) +
+            fastest = max((a for a in ALGORITHMS if a != "auto" and row[a] == row[a]), key=lambda a: row[a])
+            print(f"{human_bytes(size):>8} " + " ".join(f"{row[a]:8.2f}" if row[a] == row[a] else f"{'-':>8}"
+                                                         for a in ALGORITHMS) +
                   f" {row['mpi']:8.2f} {row['auto'] / factor:10.2f} {row['mpi'] / factor:9.2f}"
-                  f" {row['auto'] / row['mpi']:9.2f} {choose_algorithm(size, n):>8}", flush=True)
+                  f" {row['auto'] / row['mpi']:9.2f} {auto_algorithm(runtime('bench'), world, size):>8}"
+                  f" {fastest:>8}", flush=True)
     assert np.all(dest.copy_to_host()[:count] == n), "the all-reduce result is wrong"
     if me == 0 and args.plot:
         _plot(args.plot, rows, n)

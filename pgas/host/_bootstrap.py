@@ -22,6 +22,13 @@ class Bootstrap:
     n_pes: int
     node_of: tuple[int, ...]  # node index of every PE
     job_id: str               # names this job's shared-memory files
+    pes_on_host: int          # PEs of the job on this machine (emulated nodes share one)
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More PEs on this machine than cores this PE may run on: waits should give their
+        core away at once rather than poll first (as MPI implementations do)."""
+        return self.pes_on_host > len(os.sched_getaffinity(0))
 
     @property
     def local_pes(self) -> tuple[int, ...]:
@@ -51,10 +58,12 @@ def bootstrap(comm=None) -> Bootstrap:
     comm = comm.Dup()
     my_pe, n_pes = comm.Get_rank(), comm.Get_size()
     keys = _node_keys(comm, my_pe)
+    host = socket.gethostname()
+    pes_on_host = sum(1 for other in comm.allgather(host) if other == host)
     first_seen: dict = {}
     node_of = tuple(first_seen.setdefault(key, len(first_seen)) for key in keys)
     node_comm = comm.Split(node_of[my_pe], my_pe)
     # pgasrun names the job (so it can sweep up after a crash); each init adds a fresh token.
     launcher_job = os.environ.get("PGAS_JOB_ID", "solo")
     token = comm.bcast(secrets.token_hex(4) if my_pe == 0 else None, root=0)
-    return Bootstrap(comm, node_comm, my_pe, n_pes, node_of, f"{launcher_job}-{token}")
+    return Bootstrap(comm, node_comm, my_pe, n_pes, node_of, f"{launcher_job}-{token}", pes_on_host)

@@ -49,6 +49,9 @@ _TREE_CHUNK_BYTES = 1 << 20          # pipelining unit of the tree
 _ONESHOT_MAX_TRAFFIC = 16 << 20     # auto: oneshot while n_pes x bytes stays below this
 _SPIN_S = 1e-3                       # waits yield the core this long before sleeping
 _CACHED_PLANS = 256                  # kept calls per PE (all dropped when full)
+# The largest call (bytes per member) each collective runs eagerly where it can; above it
+# the general algorithms were faster (docs/collectives.md). The staging buffers bound all.
+_EAGER_LARGEST = {"broadcast": 1 << 30, "fcollect": 32 << 10, "reduce": 128 << 10}
 
 
 class _Call:
@@ -206,6 +209,9 @@ def broadcast(team, dest, src, root: int, stream=None) -> None:
         call.keep(key, _eager.runner(call, "broadcast", root))
         return
     same = np.shares_memory(d, s)
+    if all(call.rt.heap.reachable(pe) for pe in call.team.pes):
+        call.keep(key, call.general(lambda: _shared_broadcast(call, d, s, root, same)))
+        return
 
     def run():
         if call.me == root:
@@ -222,6 +228,24 @@ def broadcast(team, dest, src, root: int, stream=None) -> None:
     call.keep(key, call.general(run))
 
 
+def _shared_broadcast(call: _Call, d, s, root: int, same: bool) -> None:
+    """Broadcast on a team whose heaps are all mapped here: member r copies part r of the
+    root's src into every other member's dest, so every member (the root too) does a
+    share of the copying rather than each reader all of its own."""
+    n, me = call.n, call.me
+    part = slice(s.size * me // n, s.size * (me + 1) // n)
+    call.publish(_READY, 1)
+    call.wait_others(_READY, 1, "to enter the broadcast")      # every dest may be written now
+    theirs = call.views["src"][root][part]
+    for rank, dest_copy in enumerate(call.views["dest"]):
+        if rank != root:
+            np.copyto(dest_copy[part], theirs)
+    if me == root and not same:
+        np.copyto(d, s)
+    call.publish(_DONE, 1)
+    call.wait_others(_DONE, 1, "to finish its part of the broadcast")
+
+
 def fcollect(team, dest, src, stream=None) -> None:
     """Concatenate every member's ``src`` into ``dest`` (all-gather), in team-rank order."""
     key = ("fcollect", team, id(dest), id(src))
@@ -233,7 +257,7 @@ def fcollect(team, dest, src, stream=None) -> None:
     _no_overlap(call, d, s)
     if _on_gpu(call, "fcollect", d, s, stream=stream):
         return
-    if _eager.usable(call.rt, call.team, s.nbytes):
+    if _eager.usable(call.rt, call.team, s.nbytes) and s.nbytes <= _EAGER_LARGEST["fcollect"]:
         call.keep(key, _eager.runner(call, "fcollect", None))
         return
     m = s.size
@@ -314,10 +338,9 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
             "backend a host reduction runs the device all-reduce as a kernel: use algorithm='auto'")
     if _on_gpu(call, f"{op}_reduce", d, s, stream=stream):
         return
-    eager = _eager.usable(call.rt, call.team, d.nbytes)
-    chosen = choose_algorithm(d.nbytes, call.n, eager) if algorithm == "auto" else algorithm
+    chosen = auto_algorithm(call.rt, call.team, d.nbytes) if algorithm == "auto" else algorithm
     if chosen == "eager":
-        if not eager:
+        if not _eager.usable(call.rt, call.team, d.nbytes):
             raise PgasValueError(
                 f"{call.fn}: algorithm='eager' needs every team member's heap mapped here (one node) and at "
                 f"most {_eager.capacity(call.rt, call.slot)} bytes per member; got {d.nbytes} bytes on a team "
@@ -330,12 +353,18 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
         call.keep(key, call.general(lambda: algorithm_body(call, d, s, ufunc, in_place)))
 
 
+def auto_algorithm(rt, team, nbytes: int) -> str:
+    """What ``algorithm="auto"`` runs for an all-reduce of ``nbytes`` on ``team`` (a Team) here."""
+    eager = nbytes <= _EAGER_LARGEST["reduce"] and _eager.usable(rt, team, nbytes)
+    return choose_algorithm(nbytes, team.size, eager)
+
+
 def choose_algorithm(nbytes: int, n_pes: int, eager: bool = False) -> str:
     """What ``algorithm="auto"`` runs for ``nbytes`` over ``n_pes`` members; ``eager``:
     whether the eager path can run (``_eager.usable``).
 
-    Eager (one synchronization round, through staging buffers) wherever it can run: it
-    beat every other algorithm up to its largest size. Above, oneshot reads n_pes x nbytes
+    Eager (one synchronization round, through staging buffers) where it can run, up to
+    _EAGER_LARGEST: it beat every other algorithm there. Above, oneshot reads n_pes x nbytes
     per member, the ring about 2 x nbytes: oneshot wins while that is small, and always
     on 2 PEs (the same traffic, fewer steps). Measured crossovers: docs/collectives.md.
 

@@ -5,9 +5,11 @@ takes two rounds: every member ready, then every member done reading (before any
 change its ``src``). Here, as in MPI's eager protocol, each member first copies its
 contribution into its own staging buffer for the team, publishes the call's number in its
 eager word (release), waits for the words of the members it reads (acquire) and reads
-their buffers: one round. Each member has two buffers per team, used by alternate eager
-calls. A member writes the buffer of call m again at call m + 2, and only once every
-member has published call m + 1, which each does after it has finished reading call m.
+their buffers: one round. Each member has EAGER_REGIONS buffers per team, used by
+successive eager calls in turn. A member writes the buffer of call m again at call
+m + EAGER_REGIONS, and only once every member has published call m + 1, which each does
+after it has finished reading call m; so a broadcast root may run that many calls ahead
+of its slowest reader (fewer switches between PEs that share a core).
 
 Eager runs (simulator backend) where every member's heap is mapped here and one member's
 contribution fits its buffer (``capacity``); ``choose_algorithm`` picks it by measured
@@ -20,12 +22,13 @@ import numpy as np
 from .. import _cpu_atomics
 from .._reductions import reduce_into
 from .._waiting import Wait
-from ._runtime import EAGER_BYTES, EAGER_FIRST
+from ._runtime import EAGER_BYTES, EAGER_FIRST, EAGER_REGIONS
 
 __all__ = ["EAGER_WORD", "capacity", "usable", "runner"]
 
 EAGER_WORD = 7                  # the column of Runtime.collective_words these calls count in
 _SPIN_S = 1e-3                  # waits yield the core this long before sleeping
+_POLLS = 20                     # loads (0.1 us each) before a wait yields, on a machine with a core per PE
 
 
 def capacity(rt, slot: int) -> int:
@@ -47,16 +50,20 @@ def runner(call, kind: str, extra):
     word = rt.collective_words[team.handle][EAGER_WORD:EAGER_WORD + 1]
     loads = [rt.transports.word_loader(fn, pe, word, "the team's eager word") for pe in team.pes]
     store = _cpu_atomics.int64_word(word, fn, "the team's eager word")[1]
-    first = rt.eager_offset + EAGER_FIRST[team.handle]
-    # both[parity][rank]: member rank's staging buffer of that parity, shaped as src
-    both = [[np.ndarray(s.shape, s.dtype, buffer=rt.heap.views[pe], offset=first + parity * EAGER_BYTES[team.handle])
-             for pe in team.pes] for parity in (0, 1)]
+    first, size = rt.eager_offset + EAGER_FIRST[team.handle], EAGER_BYTES[team.handle]
+    # regions[r][rank]: member rank's staging buffer r, shaped as src; call m uses m % EAGER_REGIONS
+    regions = [[np.ndarray(s.shape, s.dtype, buffer=rt.heap.views[pe], offset=first + r * size)
+                for pe in team.pes] for r in range(EAGER_REGIONS)]
+    polls = 0 if rt.boot.oversubscribed else _POLLS
     me = team.my_index
     others = [(rank, loads[rank]) for rank in range(team.size) if rank != me]
     # [eager calls on the team so far, the highest call number every member is known to have published]
     state = rt.eager_state[team.handle]
 
     def wait(rank: int, load, number: int, what: str) -> None:
+        for _ in range(polls):          # a peer a microsecond behind: cheaper than a yield
+            if load() >= number:
+                return
         clock = Wait(fn, rt.timeout, spin_s=_SPIN_S)
         while load() < number:
             clock.pause(lambda: f"PE {team.pes[rank]} {what}")
@@ -64,12 +71,13 @@ def runner(call, kind: str, extra):
     def contribute() -> tuple[int, list]:
         """Number the call and publish my contribution; the call's buffers."""
         number = state[0] = state[0] + 1
-        buffers = both[number & 1]
-        if state[1] < number - 1:       # my buffer was last read at call number - 2
+        buffers = regions[number % EAGER_REGIONS]
+        past = number - EAGER_REGIONS + 1       # my buffer was last read at call number - EAGER_REGIONS
+        if state[1] < past:
             for rank, load in others:
-                if load() < number - 1:
-                    wait(rank, load, number - 1, "to finish reading the previous eager collective")
-            state[1] = number - 1
+                if load() < past:
+                    wait(rank, load, past, "to finish reading an earlier eager collective")
+            state[1] = past
         buffers[me][...] = s
         store(number)
         return number, buffers
@@ -80,19 +88,24 @@ def runner(call, kind: str, extra):
                 wait(rank, load, number, "to publish its contribution")
         state[1] = number
 
-    if kind == "reduce":
+    if kind == "reduce" and team.size == 2:
+        def run():
+            number, (first, second) = contribute()
+            gather(number)
+            extra(first, second, out=d)     # reduce_into's one step, without its call
+    elif kind == "reduce":
         def run():
             number, buffers = contribute()
             gather(number)
             reduce_into(d, buffers, extra)
     elif kind == "fcollect":
         blocks = [d[r * s.size:(r + 1) * s.size] for r in range(team.size)]
-        copies = [list(zip(blocks, buffers)) for buffers in both]
+        copies = [list(zip(blocks, buffers)) for buffers in regions]
 
         def run():
             number, _ = contribute()
             gather(number)
-            for block, buffer in copies[number & 1]:
+            for block, buffer in copies[number % EAGER_REGIONS]:
                 block[...] = buffer
     elif me == extra:       # broadcast, the root
         same = np.shares_memory(d, s)
@@ -109,5 +122,5 @@ def runner(call, kind: str, extra):
             store(number)
             if root_load() < number:
                 wait(extra, root_load, number, "(the root) to publish the broadcast")
-            d[...] = both[number & 1][extra]
+            d[...] = regions[number % EAGER_REGIONS][extra]
     return run

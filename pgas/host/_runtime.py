@@ -15,11 +15,13 @@ from .._backend import backend_name
 from .._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
 
 COLLECTIVE_WORDS = 8  # per team: progress counters of the host collective algorithms
-# Per team slot, the size of each of a PE's two staging buffers for the eager collectives
-# (simulator backend only: on cuda the host collectives run device kernels; see _eager):
-# larger for the predefined teams, which most calls use, than for split teams.
-EAGER_BYTES = tuple((1 << 20) if slot in (TEAM_WORLD, TEAM_NODE) else (32 << 10) for slot in range(MAX_TEAMS))
-EAGER_FIRST = tuple(2 * sum(EAGER_BYTES[:slot]) for slot in range(MAX_TEAMS))   # a slot's offset in them
+# The eager collectives (simulator backend only: on cuda the host collectives run device
+# kernels; see _eager) stage through EAGER_REGIONS buffers per team on each PE, used by
+# successive calls in turn; per team slot, the size of each (larger for the predefined
+# teams, which most calls use, than for split teams) and the slot's offset among them.
+EAGER_REGIONS = 4
+EAGER_BYTES = tuple((512 << 10) if slot in (TEAM_WORLD, TEAM_NODE) else (16 << 10) for slot in range(MAX_TEAMS))
+EAGER_FIRST = tuple(EAGER_REGIONS * sum(EAGER_BYTES[:slot]) for slot in range(MAX_TEAMS))
 from .._env import setting, shown
 from .._errors import PgasConfigError, PgasError, PgasTimeoutError, PgasValueError
 from ._allocator import HeapAllocator
@@ -54,7 +56,7 @@ class Runtime:
     collective_cache: dict = field(init=False, default_factory=dict)
     # Per team slot, [eager collectives called so far, the highest call number every member
     # is known to have published] (_eager); the heap offset of their staging buffers
-    # (EAGER_BYTES and EAGER_FIRST; None on the cuda backend).
+    # (EAGER_REGIONS, EAGER_BYTES, EAGER_FIRST; None on the cuda backend).
     eager_state: list = field(init=False)
     eager_offset: int | None = field(init=False, default=None)
     # Host collective calls kept for repeats, by collective, team, options and the ids of
@@ -73,7 +75,7 @@ class Runtime:
         n = self.boot.n_pes
         own_words = [MAX_TEAMS * (n + 1) * 8, MAX_TEAMS * COLLECTIVE_WORDS * 8]
         if not self.on_gpu:
-            own_words.append(2 * sum(EAGER_BYTES))
+            own_words.append(EAGER_REGIONS * sum(EAGER_BYTES))
         needed = sum(self.allocator.reserved_size(nbytes) for nbytes in own_words)
         if self.allocator.size < needed:
             raise PgasConfigError(
@@ -85,7 +87,7 @@ class Runtime:
         self._collective_offset = self.allocator.allocate(MAX_TEAMS * COLLECTIVE_WORDS * 8)
         self.collective_words = self.heap.array_at(self._collective_offset, (MAX_TEAMS, COLLECTIVE_WORDS), np.int64)
         if not self.on_gpu:
-            self.eager_offset = self.allocator.allocate(2 * sum(EAGER_BYTES))
+            self.eager_offset = self.allocator.allocate(EAGER_REGIONS * sum(EAGER_BYTES))
         self.heap.zero(0, self.allocator.bytes_used)
         self.teams = [None] * MAX_TEAMS
         for slot, team in enumerate(predefined_teams(self.boot)):

@@ -198,6 +198,68 @@ def check_fcollect_alltoall_reducescatter_every_dtype_and_team():
     destroy(made)
 
 
+def check_repeated_calls_on_the_same_arrays_see_new_data():
+    """A repeated call runs the plan kept from the first (eager below the staging size, the
+    general algorithms above): every call reads the data of that moment, eager and general
+    calls interleave on one team, and a broadcast root that runs many calls ahead of its
+    readers never overwrites a staging buffer someone still has to read."""
+    import time
+    me, n = pgas.my_pe(), pgas.n_pes()
+    world = pgas.TEAM_WORLD
+    for count in (1, 1000, 200_000):        # 4 B, 4 KB (eager) and 800 KB (general) per PE
+        src, dest = pgas.empty(count, np.float32), pgas.empty(count, np.float32)
+        gathered = pgas.empty(n * count, np.float32)
+        for step in range(12):              # more calls than there are staging buffers
+            src.copy_to_device(np.full(count, me * 100 + step, np.float32))
+            pgas.reduce(world, dest, src)
+            assert np.all(dest.copy_to_host() == sum(pe * 100 + step for pe in range(n))), (count, step)
+            pgas.reduce(world, dest, src, algorithm="ring")      # a general call in between
+            assert np.all(dest.copy_to_host() == sum(pe * 100 + step for pe in range(n))), (count, step)
+            pgas.fcollect(world, gathered, src)
+            want = np.repeat(np.arange(n, dtype=np.float32) * 100 + step, count)
+            assert np.array_equal(gathered.copy_to_host(), want), (count, step)
+        pgas.barrier_all()
+        for step in range(12):              # the root runs ahead while the others sleep now and then
+            root = step % n
+            if me == root:
+                src.copy_to_device(np.full(count, 1000 * step + me, np.float32))
+            elif step % 3 == 0:
+                time.sleep(0.01)
+            pgas.broadcast(world, dest, src, root)
+            assert np.all(dest.copy_to_host() == 1000 * step + root), (count, step)
+        for step in range(8):               # in place, as MPI's Bcast, from rank 0 only
+            if me == 0:
+                dest.copy_to_device(np.full(count, step, np.float32))
+            elif step % 2:
+                time.sleep(0.005)
+            pgas.broadcast(world, dest, dest, 0)
+            assert np.all(dest.copy_to_host() == step), (count, step)
+        for a in (gathered, dest, src):
+            pgas.free(a)
+
+
+def check_kept_calls_follow_new_arrays_and_new_teams():
+    """More distinct calls than are kept (each slice is a new object), and a team destroyed
+    and made again in the same slot with other members: never a stale plan."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    src = pgas.full(300, me + 1, np.int64)
+    dest = pgas.zeros(300, np.int64)
+    for i in range(300):
+        pgas.reduce(pgas.TEAM_WORLD, dest[i:i + 1], src[i:i + 1])
+    assert dest.copy_to_host().tolist() == [n * (n + 1) // 2] * 300
+    few_dest, few_src = dest[:4], src[:4]       # the same objects in every call below
+    for stride, size in ((2, (n + 1) // 2), (1, n)):     # PE 0 is in both, in the same slot
+        team = pgas.team_split_strided(pgas.TEAM_WORLD, 0, stride, size)
+        if team is not None:
+            pgas.reduce(team, few_dest, few_src)
+            want = sum(pe + 1 for pe in range(0, n, stride))
+            assert few_dest.copy_to_host().tolist() == [want] * 4, (stride, team)
+            pgas.team_destroy(team)
+        pgas.barrier_all()
+    pgas.free(dest)
+    pgas.free(src)
+
+
 def check_reduce_takes_the_stream_fifth_as_api_md_and_nvshmem4py():
     n = pgas.n_pes()
     a, ones = pgas.full(3, pgas.my_pe() + 1, np.int32), pgas.full(n, 1, np.int32)
