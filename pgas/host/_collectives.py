@@ -46,12 +46,12 @@ _STRIDE = 1 << 32
 # progress words (columns of Runtime.collective_words)
 _READY, _DONE, _RING, _UP0, _DOWN0, _UP1, _DOWN1 = range(7)
 _TREE_CHUNK_BYTES = 1 << 20          # pipelining unit of the tree
-_ONESHOT_MAX_TRAFFIC = 16 << 20     # auto: oneshot while n_pes x bytes stays below this
+_ONESHOT_MAX_TRAFFIC = 4 << 20      # auto: oneshot while n_pes x bytes stays below this
 _SPIN_S = 1e-3                       # waits yield the core this long before sleeping
 _CACHED_PLANS = 256                  # kept calls per PE (all dropped when full)
 # The largest call (bytes per member) each collective runs eagerly where it can; above it
 # the general algorithms were faster (docs/collectives.md). The staging buffers bound all.
-_EAGER_LARGEST = {"broadcast": 1 << 30, "fcollect": 32 << 10, "reduce": 128 << 10}
+_EAGER_LARGEST = {"broadcast": 1 << 30, "fcollect": 32 << 10, "reduce": 64 << 10}
 
 
 class _Call:
