@@ -20,7 +20,7 @@ from .._device_errors import arrivals_waited_for, device_error, ivar_waited_for
 from .._checks import (check_contiguous, check_dtypes_match, check_nonnegative, check_pe, check_root,
                        check_sig_op, check_signal)
 from .._errors import PgasError, PgasTimeoutError, PgasValueError
-from .._reductions import reduction_ufunc
+from .._reductions import reduce_into, reduction_ufunc
 from .._waiting import Wait, check_cmp
 from .._waiting import wait_for_value as _wait_for_value
 from ..host import _runtime
@@ -183,13 +183,7 @@ def reduce_from_peers(fn: str, dst: np.ndarray, dst_lo: int, src, src_lo: int, c
     mine = local(src, fn, "src")[src_lo + lo:src_lo + hi]
     order = [members.my_index] + [r for r in range(members.size) if r != members.my_index]
     shares = [transports.read(fn, members.pes[r], mine, "src") for r in order]
-    out = dst[dst_lo + lo:dst_lo + hi]
-    if len(shares) == 1:
-        out[...] = shares[0]
-        return
-    ufunc(shares[0], shares[1], out=out)
-    for share in shares[2:]:
-        ufunc(out, share, out=out)
+    reduce_into(dst[dst_lo + lo:dst_lo + hi], shares, ufunc)
 
 
 # Other PEs: every access goes through the runtime's routing (host/_transport.py) --------
