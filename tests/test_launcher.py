@@ -195,8 +195,9 @@ def test_pgas_info_lists_every_variable_and_marks_the_bad_ones():
 
 @pytest.mark.parametrize("setting,program,message", [
     ("PGAS_SYMMETRIC_SIZE=100t", "", "PGAS_SYMMETRIC_SIZE=100t: cannot map a symmetric heap of"),
-    ("PGAS_SYMMETRIC_SIZE=512", "", "PGAS_SYMMETRIC_SIZE=512 is too small: pgas keeps 3072 bytes of every "
-                                    "PE's heap for its own synchronization words"),
+    ("PGAS_SYMMETRIC_SIZE=512", "", "PGAS_SYMMETRIC_SIZE=512 is too small: pgas keeps 6163456 bytes of every "
+                                    "PE's heap for its own synchronization words and the staging buffers of "
+                                    "small collectives"),
     ("", "os.environ['PGAS_TIMEOUT'] = '-4'", "PGAS_TIMEOUT='-4' is not valid"),
 ], ids=["huge-heap", "tiny-heap", "set-by-the-program"])
 def test_a_bad_setting_inside_the_pes_is_one_message(tmp_path, clean_shm, setting, program, message):

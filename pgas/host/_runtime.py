@@ -78,10 +78,11 @@ class Runtime:
             own_words.append(EAGER_REGIONS * sum(EAGER_BYTES))
         needed = sum(self.allocator.reserved_size(nbytes) for nbytes in own_words)
         if self.allocator.size < needed:
+            kept = "synchronization words" + ("" if self.on_gpu else " and the staging buffers of small collectives")
             raise PgasConfigError(
                 f"{shown('PGAS_SYMMETRIC_SIZE')} is too small: pgas keeps {needed} bytes of every PE's "
-                f"heap for its own synchronization words ({MAX_TEAMS} team slots on {n} PEs); give at "
-                f"least that plus what the program allocates")
+                f"heap for its own {kept} ({MAX_TEAMS} team slots on {n} PEs); give at least that plus what "
+                "the program allocates")
         self._sync_offset = self.allocator.allocate(MAX_TEAMS * (n + 1) * 8)
         self.sync_words = self.heap.array_at(self._sync_offset, (MAX_TEAMS, n + 1), np.int64)
         self._collective_offset = self.allocator.allocate(MAX_TEAMS * COLLECTIVE_WORDS * 8)

@@ -206,10 +206,13 @@ def check_repeated_calls_on_the_same_arrays_see_new_data():
     import time
     me, n = pgas.my_pe(), pgas.n_pes()
     world = pgas.TEAM_WORLD
-    for count in (1, 1000, 200_000):        # 4 B, 4 KB (eager) and 800 KB (general) per PE
+    cases = [(1, 12), (1000, 12)]           # 4 B and 4 KB per PE: eager on one node
+    if pgas.team_n_pes(pgas.TEAM_NODE) == n:
+        cases.append((140_000, 5))          # 560 KB: the general algorithms (across nodes: tested above)
+    for count, steps in cases:
         src, dest = pgas.empty(count, np.float32), pgas.empty(count, np.float32)
         gathered = pgas.empty(n * count, np.float32)
-        for step in range(12):              # more calls than there are staging buffers
+        for step in range(steps):           # eager: more calls than there are staging buffers
             src.copy_to_device(np.full(count, me * 100 + step, np.float32))
             pgas.reduce(world, dest, src)
             assert np.all(dest.copy_to_host() == sum(pe * 100 + step for pe in range(n))), (count, step)
@@ -219,7 +222,7 @@ def check_repeated_calls_on_the_same_arrays_see_new_data():
             want = np.repeat(np.arange(n, dtype=np.float32) * 100 + step, count)
             assert np.array_equal(gathered.copy_to_host(), want), (count, step)
         pgas.barrier_all()
-        for step in range(12):              # the root runs ahead while the others sleep now and then
+        for step in range(steps):           # the root runs ahead while the others sleep now and then
             root = step % n
             if me == root:
                 src.copy_to_device(np.full(count, 1000 * step + me, np.float32))
@@ -227,7 +230,7 @@ def check_repeated_calls_on_the_same_arrays_see_new_data():
                 time.sleep(0.01)
             pgas.broadcast(world, dest, src, root)
             assert np.all(dest.copy_to_host() == 1000 * step + root), (count, step)
-        for step in range(8):               # in place, as MPI's Bcast, from rank 0 only
+        for step in range(steps):           # in place, as MPI's Bcast, from rank 0 only
             if me == 0:
                 dest.copy_to_device(np.full(count, step, np.float32))
             elif step % 2:
