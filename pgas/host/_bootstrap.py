@@ -28,7 +28,8 @@ class Bootstrap:
     def oversubscribed(self) -> bool:
         """More PEs on this machine than cores this PE may run on: waits should give their
         core away at once rather than poll first (as MPI implementations do)."""
-        return self.pes_on_host > len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return self.pes_on_host > cores
 
     @property
     def local_pes(self) -> tuple[int, ...]:

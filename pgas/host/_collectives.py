@@ -78,12 +78,16 @@ class _Call:
         return data.reshape(-1)
 
     def keep(self, key: tuple, body) -> None:
-        """Run ``body`` (eager: an ``_eager.runner``), now and for every repeat of this call."""
-        self.run = body
+        """Run ``body`` (eager: an ``_eager.runner``), now and for every repeat of this call.
+        The call does not hold its body (which holds the call): no reference cycle, so a
+        dropped one is freed at once rather than by the cyclic garbage collector."""
         plans = self.rt.collective_plans
         if len(plans) >= _CACHED_PLANS:
             plans.clear()
-        plans[key] = self
+        plans[key] = (self.dest, self.src, self, body)
+        placed = _placed(key, self.dest, self.src)
+        if placed is not None:
+            plans[placed] = (None, None, self, body)
         body()
 
     def general(self, body):
@@ -102,7 +106,7 @@ class _Call:
         self.clock = Wait(self.fn, self.rt.timeout, spin_s=_SPIN_S)
         if not hasattr(self, "loads"):
             self.loads, self.stores = self._accessors()
-            self.views = {"src": self._peer_views(self.s, "src"), "dest": self._peer_views(self.d, "dest")}
+            self.views = {}     # (which, rank) -> that member's copy, made on first read
 
     def _accessors(self):
         slot = self.slot
@@ -120,16 +124,21 @@ class _Call:
         stores = [_cpu_atomics.int64_word(row[w:w + 1], self.fn, "progress")[1] for w in range(len(row))]
         return loads, stores
 
-    def _peer_views(self, data: np.ndarray, what: str) -> list:
-        """Each member's copy of ``data`` where it is mapped here, else None (read through the NIC)."""
-        heap = self.rt.heap
-        return [heap.view_on(pe, data, self.fn, what) if heap.reachable(pe) else None for pe in self.team.pes]
+    def peer(self, rank: int, which: str):
+        """Member ``rank``'s copy of this call's ``which`` ("src" or "dest") where it is
+        mapped here (a view, made once), else None."""
+        key = (which, rank)
+        if key not in self.views:
+            pe, heap = self.team.pes[rank], self.rt.heap
+            mine = self.s if which == "src" else self.d
+            self.views[key] = heap.view_on(pe, mine, self.fn, which) if heap.reachable(pe) else None
+        return self.views[key]
 
     def read(self, rank: int, which: str, part: slice = slice(None)) -> np.ndarray:
         """Elements ``part`` of member ``rank``'s copy of this call's ``which`` ("src" or
         "dest") as they are now: a view where mapped, else a copy fetched through the NIC
         (read it again after it changes)."""
-        view = self.views[which][rank]
+        view = self.peer(rank, which)
         if view is not None:
             return view[part]
         mine = self.s if which == "src" else self.d
@@ -150,15 +159,43 @@ class _Call:
 
 
 def _repeat(key: tuple, dest, src) -> bool:
-    """Run the call kept under ``key`` (the collective, its team handle and options, then
-    ``id(dest)``, ``id(src)``) for these very ``dest`` and ``src`` objects, if there is one
-    and its team still exists: True. Before init there is none (the full call says so)."""
+    """Run the call kept for this one, if there is one and its team still exists: True.
+    Before init there is none (the full call says so).
+
+    ``key``: the collective, its team handle and options, then ``id(dest)``, ``id(src)``.
+    A call is kept under the objects it was made with, and also under where its arrays
+    lie (``_placed``), so that a new slice of the same elements each time (``dest[:n]`` in
+    a loop) finds it too, without making a new call (and its many objects, which the
+    cyclic garbage collector would then have to walk) each time. Entries:
+    (dest, src, the call, its body) by ids; (None, None, the call, its body) by place."""
     rt = _runtime._runtime
-    kept = rt.collective_plans.get(key) if rt is not None else None
-    if kept is None or kept.dest is not dest or kept.src is not src or rt.teams[kept.slot] is not kept.team:
+    if rt is None:
         return False
-    kept.run()
+    plans = rt.collective_plans
+    kept = plans.get(key)
+    if kept is None or kept[0] is not dest or kept[1] is not src:
+        placed = _placed(key, dest, src)
+        kept = plans.get(placed) if placed is not None else None
+        if kept is None:
+            return False
+        kept = plans[key] = (dest, src, kept[2], kept[3])     # these objects now find it at once
+    call = kept[2]
+    if rt.teams[call.slot] is not call.team:
+        return False
+    kept[3]()
     return True
+
+
+def _placed(key: tuple, dest, src):
+    """``key`` with the ids replaced by where dest's and src's elements lie and how
+    (address, shape, strides, dtype), or None where they are not plain numpy arrays (or the
+    simulator's device arrays around them) with the same dtype."""
+    d = getattr(dest, "_ary", dest)
+    s = getattr(src, "_ary", src)
+    if type(d) is not np.ndarray or type(s) is not np.ndarray or d.dtype != s.dtype:
+        return None
+    return (*key[:-2], d.__array_interface__["data"][0], d.shape, d.strides,
+            s.__array_interface__["data"][0], s.shape, s.strides, d.dtype)
 
 
 def _checked_pair(call: _Call, d, s, dest_size, src_size, why: str) -> None:
@@ -236,10 +273,10 @@ def _shared_broadcast(call: _Call, d, s, root: int, same: bool) -> None:
     part = slice(s.size * me // n, s.size * (me + 1) // n)
     call.publish(_READY, 1)
     call.wait_others(_READY, 1, "to enter the broadcast")      # every dest may be written now
-    theirs = call.views["src"][root][part]
-    for rank, dest_copy in enumerate(call.views["dest"]):
+    theirs = call.peer(root, "src")[part]
+    for rank in range(n):
         if rank != root:
-            np.copyto(dest_copy[part], theirs)
+            np.copyto(call.peer(rank, "dest")[part], theirs)
     if me == root and not same:
         np.copyto(d, s)
     call.publish(_DONE, 1)

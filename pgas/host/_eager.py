@@ -41,19 +41,31 @@ def usable(rt, team, nbytes: int) -> bool:
     return nbytes <= capacity(rt, team.handle) and all(rt.heap.reachable(pe) for pe in team.pes)
 
 
+def _team_parts(rt, team, fn: str):
+    """(each member's eager-word load, my eager-word store, [region][rank] the staging
+    buffers as bytes) of ``team``, made once per team (kept until its slot is reused)."""
+    kept = rt.eager_parts.get(team.handle)
+    if kept is not None and kept[0] is team:
+        return kept[1]
+    word = rt.collective_words[team.handle][EAGER_WORD:EAGER_WORD + 1]
+    loads = [rt.transports.word_loader(fn, pe, word, "the team's eager word") for pe in team.pes]
+    store = _cpu_atomics.int64_word(word, fn, "the team's eager word")[1]
+    first, size = rt.eager_offset + EAGER_FIRST[team.handle], EAGER_BYTES[team.handle]
+    raw = [[rt.heap.views[pe][first + r * size:first + (r + 1) * size] for pe in team.pes]
+           for r in range(EAGER_REGIONS)]
+    rt.eager_parts[team.handle] = (team, (loads, store, raw))
+    return loads, store, raw
+
+
 def runner(call, kind: str, extra):
     """The body of eager collective ``kind`` (reduce, fcollect, broadcast) on the checked
     arrays of ``call`` (``_collectives._Call``), with everything bound that a repeated call
     needs (each lookup saved counts at these sizes). ``extra``: the ufunc of a reduce, the
     root rank of a broadcast."""
     fn, rt, team, d, s = call.fn, call.rt, call.team, call.d, call.s
-    word = rt.collective_words[team.handle][EAGER_WORD:EAGER_WORD + 1]
-    loads = [rt.transports.word_loader(fn, pe, word, "the team's eager word") for pe in team.pes]
-    store = _cpu_atomics.int64_word(word, fn, "the team's eager word")[1]
-    first, size = rt.eager_offset + EAGER_FIRST[team.handle], EAGER_BYTES[team.handle]
-    # regions[r][rank]: member rank's staging buffer r, shaped as src; call m uses m % EAGER_REGIONS
-    regions = [[np.ndarray(s.shape, s.dtype, buffer=rt.heap.views[pe], offset=first + r * size)
-                for pe in team.pes] for r in range(EAGER_REGIONS)]
+    loads, store, raw = _team_parts(rt, team, fn)
+    # regions[r][rank]: member rank's staging buffer r, as src's dtype and size; call m uses m % EAGER_REGIONS
+    regions = [[buffer[:s.nbytes].view(s.dtype) for buffer in members] for members in raw]
     polls = 0 if rt.boot.oversubscribed else _POLLS
     me = team.my_index
     others = [(rank, loads[rank]) for rank in range(team.size) if rank != me]

@@ -59,6 +59,8 @@ class Runtime:
     # (EAGER_REGIONS, EAGER_BYTES, EAGER_FIRST; None on the cuda backend).
     eager_state: list = field(init=False)
     eager_offset: int | None = field(init=False, default=None)
+    # Per team slot: (the team, the accessors and staging buffers of its eager calls) (_eager).
+    eager_parts: dict = field(init=False, default_factory=dict)
     # Host collective calls kept for repeats, by collective, team, options and the ids of
     # dest and src (_collectives).
     collective_plans: dict = field(init=False, default_factory=dict)

@@ -259,8 +259,20 @@ def check_kept_calls_follow_new_arrays_and_new_teams():
             assert few_dest.copy_to_host().tolist() == [want] * 4, (stride, team)
             pgas.team_destroy(team)
         pgas.barrier_all()
+    for step in range(6):       # a new slice object each call: found by where it lies
+        src[:4].copy_to_device(np.full(4, me + step, np.int64))
+        pgas.reduce(pgas.TEAM_WORLD, dest[:4], src[:4])
+        assert dest[:4].copy_to_host().tolist() == [sum(pe + step for pe in range(n))] * 4, step
     pgas.free(dest)
     pgas.free(src)
+    for dtype in (np.float64, np.int32):     # the same place again, other elements: a new call
+        src = pgas.full(300, me + 0.5, dtype)
+        dest = pgas.zeros(300, dtype)
+        pgas.reduce(pgas.TEAM_WORLD, dest[:4], src[:4])
+        want = sum(dtype(pe + 0.5) for pe in range(n))
+        assert dest[:4].copy_to_host().tolist() == [want] * 4, dtype
+        pgas.free(dest)
+        pgas.free(src)
 
 
 def check_reduce_takes_the_stream_fifth_as_api_md_and_nvshmem4py():
