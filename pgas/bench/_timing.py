@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["best_seconds", "human_bytes"]
+__all__ = ["best_seconds", "slowest_pe_seconds", "human_bytes"]
 
 
 def best_seconds(action, iterations: int, repeats: int = 5) -> float:
@@ -16,6 +16,17 @@ def best_seconds(action, iterations: int, repeats: int = 5) -> float:
             action()
         best = min(best, (time.perf_counter() - start) / iterations)
     return best
+
+
+def slowest_pe_seconds(comm, action, iterations: int) -> float:
+    """The slowest PE's mean time per call of ``action`` over one batch of ``iterations``
+    calls, started together (collective over ``comm``, an mpi4py communicator)."""
+    from mpi4py import MPI
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        action()
+    return comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / iterations
 
 
 def human_bytes(nbytes: int) -> str:

@@ -12,7 +12,6 @@ where matplotlib is installed.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 from mpi4py import MPI
@@ -24,7 +23,7 @@ from pgas.host._runtime import runtime
 from pgas.host._team_table import team_of
 
 from ._plot import pyplot
-from ._timing import human_bytes
+from ._timing import human_bytes, slowest_pe_seconds
 
 SIZES = [8 << (2 * k) for k in range(12)] + [64 << 20]   # 8 B, 32 B, ... 32 MiB, 64 MiB
 ALGORITHMS = ["eager", "oneshot", "ring", "tree", "auto"]
@@ -33,14 +32,7 @@ BATCHES = 3
 
 def _seconds(comm, action, iterations: int) -> float:
     """The slowest PE's mean time per call, best of BATCHES batches."""
-    best = float("inf")
-    for _ in range(BATCHES):
-        comm.Barrier()
-        start = time.perf_counter()
-        for _ in range(iterations):
-            action()
-        best = min(best, comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / iterations)
-    return best
+    return min(slowest_pe_seconds(comm, action, iterations) for _ in range(BATCHES))
 
 
 def _plot(path: str, rows: list, n: int) -> None:

@@ -13,18 +13,18 @@ batch. ``MPI/pgas`` above 1 means pgas is faster. Every result is checked once.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 from mpi4py import MPI
 
 import pgas
+from pgas._env import parse_size
 from pgas.host._collectives import auto_algorithm
 from pgas.host._runtime import runtime
 from pgas.host._team_table import team_of
 
 from ._plot import pyplot
-from ._timing import human_bytes
+from ._timing import human_bytes, slowest_pe_seconds
 
 SIZES = [8 << (2 * k) for k in range(13)] + [64 << 20]     # 8 B, 32 B, ... 32 MiB, 64 MiB
 COLLECTIVES = ("reduce", "broadcast", "fcollect")
@@ -33,15 +33,6 @@ BATCHES = 4
 
 def _iterations(nbytes: int, n: int) -> int:
     return max(2, min(1000, (32 << 20) // (nbytes * n)))
-
-
-def _seconds(comm, action, iterations: int) -> float:
-    """The slowest PE's mean time per call over one batch."""
-    comm.Barrier()
-    start = time.perf_counter()
-    for _ in range(iterations):
-        action()
-    return comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / iterations
 
 
 def _calls(comm, n: int, count: int, arrays: dict) -> dict:
@@ -86,16 +77,10 @@ def _plot(path: str, rows: list, n: int) -> None:
     print(f"wrote {path}")
 
 
-def _byte_count(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    text = text.strip().lower()
-    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pgas.bench collectives", description=__doc__.split("\n")[0])
     parser.add_argument("--plot", metavar="PNG", help="write a plot of MPI/pgas per collective (needs matplotlib)")
-    parser.add_argument("--max-bytes", type=_byte_count, default=64 << 20, help="largest size per PE (default 64m)")
+    parser.add_argument("--max-bytes", type=parse_size, default=64 << 20, help="largest size per PE (default 64m)")
     args = parser.parse_args(argv)
     pgas.init()
     comm, me, n = MPI.COMM_WORLD, pgas.my_pe(), pgas.n_pes()
@@ -119,8 +104,8 @@ def main(argv=None) -> None:
         for name, (ours, theirs) in calls.items():
             best = [float("inf"), float("inf")]
             for _ in range(BATCHES):      # in turn, so that both see the same machine
-                best[0] = min(best[0], _seconds(comm, ours, iterations))
-                best[1] = min(best[1], _seconds(comm, theirs, iterations))
+                best[0] = min(best[0], slowest_pe_seconds(comm, ours, iterations))
+                best[1] = min(best[1], slowest_pe_seconds(comm, theirs, iterations))
             row[name] = best
         rows.append(row)
         if me == 0:

@@ -38,14 +38,14 @@ class Bootstrap:
         return tuple(pe for pe, node in enumerate(self.node_of) if node == mine)
 
 
-def _node_keys(comm, my_pe: int) -> list:
-    """One key per PE; PEs with equal keys share a node."""
+def _node_keys(hosts: list) -> list:
+    """One key per PE (``hosts``: each PE's host name); PEs with equal keys share a node."""
     if setting("PGAS_DISABLE_P2P"):
-        return list(range(comm.Get_size()))
+        return list(range(len(hosts)))
     per_node = setting("PGAS_PES_PER_NODE")
     if per_node is not None:
-        return [pe // per_node for pe in range(comm.Get_size())]
-    return comm.allgather(socket.gethostname())
+        return [pe // per_node for pe in range(len(hosts))]
+    return hosts
 
 
 def bootstrap(comm=None) -> Bootstrap:
@@ -58,9 +58,9 @@ def bootstrap(comm=None) -> Bootstrap:
         raise PgasValueError(f"comm must be an mpi4py communicator, got {comm!r}")
     comm = comm.Dup()
     my_pe, n_pes = comm.Get_rank(), comm.Get_size()
-    keys = _node_keys(comm, my_pe)
-    host = socket.gethostname()
-    pes_on_host = sum(1 for other in comm.allgather(host) if other == host)
+    hosts = comm.allgather(socket.gethostname())
+    keys = _node_keys(hosts)
+    pes_on_host = hosts.count(hosts[my_pe])
     first_seen: dict = {}
     node_of = tuple(first_seen.setdefault(key, len(first_seen)) for key in keys)
     node_comm = comm.Split(node_of[my_pe], my_pe)

@@ -50,8 +50,8 @@ _ONESHOT_MAX_TRAFFIC = 4 << 20      # auto: oneshot while n_pes x bytes stays be
 _SPIN_S = 1e-3                       # waits yield the core this long before sleeping
 _CACHED_PLANS = 256                  # kept calls per PE (all dropped when full)
 # The largest call (bytes per member) each collective runs eagerly where it can; above it
-# the general algorithms were faster (docs/collectives.md). The staging buffers bound all.
-_EAGER_LARGEST = {"broadcast": 1 << 30, "fcollect": 32 << 10, "reduce": 64 << 10}
+# the general algorithms were faster (docs/collectives.md). Broadcast: up to the staging size.
+_EAGER_LARGEST = {"fcollect": 32 << 10, "reduce": 64 << 10}
 
 
 class _Call:
@@ -105,10 +105,11 @@ class _Call:
         self.base = calls[self.slot] * _STRIDE
         self.clock = Wait(self.fn, self.rt.timeout, spin_s=_SPIN_S)
         if not hasattr(self, "loads"):
-            self.loads, self.stores = self._accessors()
+            self.loads, self.stores = self.accessors()
             self.views = {}     # (which, rank) -> that member's copy, made on first read
 
-    def _accessors(self):
+    def accessors(self):
+        """(loads[rank][word], stores[word]) of the team's progress words (made once per team)."""
         slot = self.slot
         if slot not in self.rt.collective_cache:
             self.rt.collective_cache[slot] = self._word_accessors(slot)
@@ -194,8 +195,7 @@ def _placed(key: tuple, dest, src):
     s = getattr(src, "_ary", src)
     if type(d) is not np.ndarray or type(s) is not np.ndarray or d.dtype != s.dtype:
         return None
-    return (*key[:-2], d.__array_interface__["data"][0], d.shape, d.strides,
-            s.__array_interface__["data"][0], s.shape, s.strides, d.dtype)
+    return (*key[:-2], *array_span(d, "pgas", "dest"), *array_span(s, "pgas", "src"), d.dtype)
 
 
 def _checked_pair(call: _Call, d, s, dest_size, src_size, why: str) -> None:
@@ -242,7 +242,7 @@ def broadcast(team, dest, src, root: int, stream=None) -> None:
     if _on_gpu(call, "broadcast", d, s, root, stream=stream):
         return
     root = int(root)
-    if _eager.usable(call.rt, call.team, s.nbytes):
+    if _runs_eager(call.rt, call.team, "broadcast", s.nbytes):
         call.keep(key, _eager.runner(call, "broadcast", root))
         return
     same = np.shares_memory(d, s)
@@ -294,7 +294,7 @@ def fcollect(team, dest, src, stream=None) -> None:
     _no_overlap(call, d, s)
     if _on_gpu(call, "fcollect", d, s, stream=stream):
         return
-    if _eager.usable(call.rt, call.team, s.nbytes) and s.nbytes <= _EAGER_LARGEST["fcollect"]:
+    if _runs_eager(call.rt, call.team, "fcollect", s.nbytes):
         call.keep(key, _eager.runner(call, "fcollect", None))
         return
     m = s.size
@@ -392,8 +392,12 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
 
 def auto_algorithm(rt, team, nbytes: int) -> str:
     """What ``algorithm="auto"`` runs for an all-reduce of ``nbytes`` on ``team`` (a Team) here."""
-    eager = nbytes <= _EAGER_LARGEST["reduce"] and _eager.usable(rt, team, nbytes)
-    return choose_algorithm(nbytes, team.size, eager)
+    return choose_algorithm(nbytes, team.size, _runs_eager(rt, team, "reduce", nbytes))
+
+
+def _runs_eager(rt, team, kind: str, nbytes: int) -> bool:
+    """Whether collective ``kind`` of ``nbytes`` per member on ``team`` runs eagerly by choice."""
+    return nbytes <= _EAGER_LARGEST.get(kind, nbytes) and _eager.usable(rt, team, nbytes)
 
 
 def choose_algorithm(nbytes: int, n_pes: int, eager: bool = False) -> str:

@@ -7,9 +7,9 @@ here; same-dtype C-contiguous numpy arrays, or the simulator's device arrays aro
 that fit) is one copy: a ``memmove`` (cffi's) to or from the peer's mapping at the
 symmetric array's heap offset, which is cached by array object; when the same object comes
 again with up to 1 MiB, a numpy assignment into a view of the peer's copy (made once, kept
-with the offset), which costs less than the ``memmove`` call. Anything else returns False and takes the
-general path, which checks everything and raises the errors: this module never decides an
-error, it only skips work.
+with the offset), which costs less than the ``memmove`` call. Anything else returns False
+and takes the general path, which checks everything and raises the errors: this module
+never decides an error, it only skips work.
 """
 from __future__ import annotations
 

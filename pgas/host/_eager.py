@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _cpu_atomics
 from .._reductions import reduce_into
 from .._waiting import Wait
 from ._runtime import EAGER_BYTES, EAGER_FIRST, EAGER_REGIONS
@@ -41,20 +40,14 @@ def usable(rt, team, nbytes: int) -> bool:
     return nbytes <= capacity(rt, team.handle) and all(rt.heap.reachable(pe) for pe in team.pes)
 
 
-def _team_parts(rt, team, fn: str):
-    """(each member's eager-word load, my eager-word store, [region][rank] the staging
-    buffers as bytes) of ``team``, made once per team (kept until its slot is reused)."""
-    kept = rt.eager_parts.get(team.handle)
-    if kept is not None and kept[0] is team:
-        return kept[1]
-    word = rt.collective_words[team.handle][EAGER_WORD:EAGER_WORD + 1]
-    loads = [rt.transports.word_loader(fn, pe, word, "the team's eager word") for pe in team.pes]
-    store = _cpu_atomics.int64_word(word, fn, "the team's eager word")[1]
-    first, size = rt.eager_offset + EAGER_FIRST[team.handle], EAGER_BYTES[team.handle]
-    raw = [[rt.heap.views[pe][first + r * size:first + (r + 1) * size] for pe in team.pes]
-           for r in range(EAGER_REGIONS)]
-    rt.eager_parts[team.handle] = (team, (loads, store, raw))
-    return loads, store, raw
+def _staging(rt, team) -> list:
+    """[region][rank]: the staging buffers of ``team``'s members, as bytes (made once per
+    team, dropped with the progress-word accessors when its slot is reused)."""
+    if team.handle not in rt.eager_staging:
+        first, size = rt.eager_offset + EAGER_FIRST[team.handle], EAGER_BYTES[team.handle]
+        rt.eager_staging[team.handle] = [[rt.heap.views[pe][first + r * size:first + (r + 1) * size]
+                                          for pe in team.pes] for r in range(EAGER_REGIONS)]
+    return rt.eager_staging[team.handle]
 
 
 def runner(call, kind: str, extra):
@@ -63,9 +56,10 @@ def runner(call, kind: str, extra):
     needs (each lookup saved counts at these sizes). ``extra``: the ufunc of a reduce, the
     root rank of a broadcast."""
     fn, rt, team, d, s = call.fn, call.rt, call.team, call.d, call.s
-    loads, store, raw = _team_parts(rt, team, fn)
+    word_loads, word_stores = call.accessors()
+    loads, store = [member[EAGER_WORD] for member in word_loads], word_stores[EAGER_WORD]
     # regions[r][rank]: member rank's staging buffer r, as src's dtype and size; call m uses m % EAGER_REGIONS
-    regions = [[buffer[:s.nbytes].view(s.dtype) for buffer in members] for members in raw]
+    regions = [[buffer[:s.nbytes].view(s.dtype) for buffer in members] for members in _staging(rt, team)]
     polls = 0 if rt.boot.oversubscribed else _POLLS
     me = team.my_index
     others = [(rank, loads[rank]) for rank in range(team.size) if rank != me]

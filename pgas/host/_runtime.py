@@ -13,15 +13,6 @@ import numpy as np
 from .. import _job
 from .._backend import backend_name
 from .._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
-
-COLLECTIVE_WORDS = 8  # per team: progress counters of the host collective algorithms
-# The eager collectives (simulator backend only: on cuda the host collectives run device
-# kernels; see _eager) stage through EAGER_REGIONS buffers per team on each PE, used by
-# successive calls in turn; per team slot, the size of each (larger for the predefined
-# teams, which most calls use, than for split teams) and the slot's offset among them.
-EAGER_REGIONS = 4
-EAGER_BYTES = tuple((512 << 10) if slot in (TEAM_WORLD, TEAM_NODE) else (16 << 10) for slot in range(MAX_TEAMS))
-EAGER_FIRST = tuple(EAGER_REGIONS * sum(EAGER_BYTES[:slot]) for slot in range(MAX_TEAMS))
 from .._env import setting, shown
 from .._errors import PgasConfigError, PgasError, PgasTimeoutError, PgasValueError
 from ._allocator import HeapAllocator
@@ -32,6 +23,15 @@ from ._team_table import predefined_teams
 from ._transport import Transports
 
 __all__ = ["init", "finalize", "is_initialized", "my_pe", "n_pes", "backend"]
+
+COLLECTIVE_WORDS = 8  # per team: progress counters of the host collective algorithms
+# The eager collectives (simulator backend only: on cuda the host collectives run device
+# kernels; see _eager) stage through EAGER_REGIONS buffers per team on each PE, used by
+# successive calls in turn; per team slot, the size of each (larger for the predefined
+# teams, which most calls use, than for split teams) and the slot's offset among them.
+EAGER_REGIONS = 4
+EAGER_BYTES = tuple((512 << 10) if slot in (TEAM_WORLD, TEAM_NODE) else (16 << 10) for slot in range(MAX_TEAMS))
+EAGER_FIRST = tuple(EAGER_REGIONS * sum(EAGER_BYTES[:slot]) for slot in range(MAX_TEAMS))
 
 
 @dataclass
@@ -59,8 +59,8 @@ class Runtime:
     # (EAGER_REGIONS, EAGER_BYTES, EAGER_FIRST; None on the cuda backend).
     eager_state: list = field(init=False)
     eager_offset: int | None = field(init=False, default=None)
-    # Per team slot: (the team, the accessors and staging buffers of its eager calls) (_eager).
-    eager_parts: dict = field(init=False, default_factory=dict)
+    # Per team slot: its members' staging buffers for eager calls, as bytes (_eager).
+    eager_staging: dict = field(init=False, default_factory=dict)
     # Host collective calls kept for repeats, by collective, team, options and the ids of
     # dest and src (_collectives).
     collective_plans: dict = field(init=False, default_factory=dict)
@@ -112,6 +112,7 @@ class Runtime:
         self.collective_calls[slot] = 0
         self.eager_state[slot][:] = [0, 0]
         self.collective_cache.pop(slot, None)
+        self.eager_staging.pop(slot, None)
 
 
     @property
