@@ -54,7 +54,7 @@ def _fcollect(fn, scope, team, dest, src):
     rank, size = _p.group_rank_and_size(scope, fn)
     _grouped_sync(fn, scope, team, False)
     for q in range(n):
-        _p.transfer(fn, False, _p.team_pe(team, q, fn), d[q * m:(q + 1) * m], 1, s, 1, m, rank, size, False)
+        _p.transfer(fn, False, _p.team_pe(team, q, fn), _p.part(d, q * m, (q + 1) * m), 1, s, 1, m, rank, size, False)
     _grouped_sync(fn, scope, team, False)
 
 
@@ -69,7 +69,7 @@ def _alltoall(fn, scope, team, dest, src):
     me = _p.team_rank(team, fn)
     _grouped_sync(fn, scope, team, False)
     for q in range(n):
-        _p.transfer(fn, False, _p.team_pe(team, q, fn), d[q * m:(q + 1) * m], 1, s[me * m:(me + 1) * m], 1, m,
+        _p.transfer(fn, False, _p.team_pe(team, q, fn), _p.part(d, q * m, (q + 1) * m), 1, _p.part(s, me * m, (me + 1) * m), 1, m,
                     rank, size, False)
     _grouped_sync(fn, scope, team, False)
 
@@ -108,7 +108,7 @@ def _reduce(fn, scope, team, dest, src, op):
         if q != me:
             lo = d.size * q // n
             hi = d.size * (q + 1) // n
-            _p.transfer(fn, False, _p.team_pe(team, q, fn), d[lo:hi], 1, d[lo:hi], 1, hi - lo, rank, size, False)
+            _p.transfer(fn, False, _p.team_pe(team, q, fn), _p.part(d, lo, hi), 1, _p.part(d, lo, hi), 1, hi - lo, rank, size, False)
     _grouped_sync(fn, scope, team, False)
 
 

@@ -35,8 +35,8 @@ from .._device_errors import BARRIER_TIMEOUT, KIND, SET_TIMEOUT, TIMEOUT
 from .._env import setting
 from .._errors import PgasError
 from .._reductions import reduction_ufunc
-from .._waiting import compare
 from . import _cuda_ptx as ptx
+from ._cuda_ir import FOLD_COPY, compare_codegen, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
 from ._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, THREAD, reduce_code
 
 __all__ = [*PRIMITIVES, "STATE_ADDRESS", "STATE_WORDS"]
@@ -49,8 +49,6 @@ _PEER_BASES = 8
 STATE_WORDS = {"my_pe": _MY_PE, "n_pes": _N_PES, "heap_base": _HEAP_BASE, "heap_size": _HEAP_SIZE,
                "timeout_ns": _TIMEOUT_NS, "mailbox": _MAILBOX, "peer_bases": _PEER_BASES}
 _CMP_LOWEST, _CMP_HIGHEST = min(CMP_NAMES), max(CMP_NAMES)
-# reduction codes that _combine branches on
-_SUM, _PROD, _MIN, _MAX = (reduce_code(op) for op in ("sum", "prod", "min", "max"))
 # error kinds a device check records (texts in pgas/_device_errors.py)
 _NOT_EMPTY, _NEGATIVE, _NEGATIVE_STRIDE, _STRIDE_ZERO, _COPY_FITS, _SIZE, _ROOT, _PE_RANGE, _UNREACHABLE, _TEAM, \
     _CMP, _SIG_OP, _SIGNAL = (KIND[k] for k in ("NOT_EMPTY", "NEGATIVE", "NEGATIVE_STRIDE", "STRIDE_ZERO",
@@ -176,90 +174,87 @@ def team_index_of(team, pe, fn):
 
 # Arrays -----------------------------------------------------------------------------
 
-@jit_array
-def local(arr, fn, what):
-    return ptx.flat_view(ptx.address_of(arr), arr)
+# this PE's arrays, as 1-D C arrays built in place (intrinsics: no helper to compile)
+local = plain = plain_or_none = ptx.flat_or_none
 
 
-plain = local
+@intrinsic
+def part(typingctx, arr, lo, hi):
+    """``arr[lo:hi]`` of a 1-D C array (``lo <= hi <= arr.size``), built in place: no slice
+    for numba to type and lower."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"):
+        raise TypingError(f"part: takes a 1-D C-contiguous array, got {arr}")
+
+    def codegen(context, builder, sig, args):
+        start, stop = (context.cast(builder, args[k], sig.args[k], types.int64) for k in (1, 2))
+        data = context.make_array(sig.args[0])(context, builder, value=args[0]).data
+        address = builder.ptrtoint(builder.gep(data, [start]), ir.IntType(64))
+        return ptx.array_at(context, builder, sig.return_type, address, builder.sub(stop, start))
+    return arr(arr, lo, hi), codegen
 
 
-@jit_array
-def plain_or_none(arr, fn, what):
-    return ptx.flat_or_none(arr)
+@jit
+def _peer_at(address, pe, fn):
+    """Where ``address`` (in this PE's heap) lies in PE ``pe``'s mapped heap; 0 where this
+    PE has no load/store path to it (another node). Takes an address, not an array, so
+    that one compiled copy serves every dtype."""
+    if pe < 0 or pe >= _state_word(_N_PES):
+        _fail(_PE_RANGE, fn, "pe", "", pe, _state_word(_N_PES), 0)
+    base = np.uint64(_state_word(_PEER_BASES + pe))
+    if base == 0:
+        return np.uint64(0)
+    return base + (address - np.uint64(_state_word(_HEAP_BASE)))
+
+
+@jit
+def _reachable(address, pe, fn, what):
+    """``_peer_at``, for a PE that must be load/store reachable."""
+    peer = _peer_at(address, pe, fn)
+    if peer == 0:
+        _fail(_UNREACHABLE, fn, what, "", pe, 0, 0)
+    return peer
 
 
 @jit
 def peer_address(arr, pe, fn):
     """The address of ``arr``'s first element in PE ``pe``'s mapped heap; 0 where this PE
     has no load/store path to it (another node)."""
-    if pe < 0 or pe >= _state_word(_N_PES):
-        _fail(_PE_RANGE, fn, "pe", "", pe, _state_word(_N_PES), 0)
-    base = np.uint64(_state_word(_PEER_BASES + pe))
-    if base == 0:
-        return np.uint64(0)
-    return base + (ptx.address_of(arr) - np.uint64(_state_word(_HEAP_BASE)))
-
-
-@jit
-def _peer_address(arr, pe, fn, what):
-    """``peer_address``, for a PE that must be load/store reachable."""
-    address = peer_address(arr, pe, fn)
-    if address == 0:
-        _fail(_UNREACHABLE, fn, what, "", pe, 0, 0)
-    return address
+    return _peer_at(ptx.address_of(arr), pe, fn)
 
 
 @jit_array
 def peer_view(arr, pe, fn):
     """PE ``pe``'s copy of ``arr`` (same type, shape and strides); every extent 0 where
     ``peer_address`` is 0."""
-    return ptx.view_at(peer_address(arr, pe, fn), arr)
+    return ptx.view_at(_peer_at(ptx.address_of(arr), pe, fn), arr)
 
 
-@jit_array
-def barrier_words(team, fn):
-    n = _state_word(_N_PES)
-    return ptx.int64_view(np.uint64(_state_word(_HEAP_BASE) + team * (n + 1) * 8), n + 1)
+@intrinsic
+def barrier_words(typingctx, team, fn):
+    """Team slot ``team``'s row of ``n_pes + 1`` barrier words at the start of the heap."""
+    result = types.Array(types.int64, 1, "C")
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        count = builder.add(_load_state(builder, i64(_N_PES)), i64(1))
+        row = builder.mul(context.cast(builder, args[0], sig.args[0], types.int64), builder.mul(count, i64(8)))
+        return ptx.array_at(context, builder, result, builder.add(_load_state(builder, i64(_HEAP_BASE)), row), count)
+    return result(team, fn), codegen
 
 
-@jit
-def copy_strided(dst, dst_stride, src, src_stride, nelems, rank, size):
-    """Threads ``rank`` of ``size`` share the copy. Contiguous copies whose ends are equally
-    aligned move 16 bytes per load and store (the edges element by element)."""
-    itemsize = dst.itemsize
-    to, frm = np.int64(ptx.address_of(dst)), np.int64(ptx.address_of(src))   # signed: no float promotion
-    if dst_stride == 1 and src_stride == 1 and (to - frm) % 16 == 0 and 16 % itemsize == 0:
-        head = min(nelems, ((16 - to % 16) % 16) // itemsize)   # elements before a 16-byte boundary
-        chunks = (nelems - head) * itemsize // 16
-        tail = head + chunks * 16 // itemsize
-        for i in range(rank, head, size):
-            dst[i] = src[i]
-        to += head * itemsize
-        frm += head * itemsize
-        for i in range(rank, chunks, size):
-            ptx.copy16(np.uint64(to + 16 * i), np.uint64(frm + 16 * i))
-        for i in range(tail + rank, nelems, size):
-            dst[i] = src[i]
-        return
-    for i in range(rank, nelems, size):
-        dst[i * dst_stride] = src[i * src_stride]
+@intrinsic
+def copy_strided(typingctx, dst, dst_stride, src, src_stride, nelems, rank, size):
+    """Threads ``rank`` of ``size`` share the copy; contiguous, equally aligned copies move
+    16 bytes per load and store (``_cuda_ir``)."""
+    return copy_strided_type(dst, dst_stride, src, src_stride, nelems, rank, size), copy_strided_codegen
 
 
-@jit
-def _combine(op, a, b):
-    """a ``op`` b in the element type: numba computes 8- and 16-bit integers and booleans
-    in int64, so the result is cast back (integers wrap, as numpy's do; on bool the sum
-    becomes logical or and the product logical and, numpy's ``add``/``multiply``)."""
-    if op == _SUM:
-        return ptx.cast_like(a, a + b)
-    if op == _PROD:
-        return ptx.cast_like(a, a * b)
-    if op == _MIN:
-        return a if a < b else b
-    if op == _MAX:
-        return a if a > b else b
-    return ptx.bitwise(op, a, b)
+@intrinsic
+def _fold(typingctx, op, dst, dst_lo, src, src_lo, count, rank, size):
+    """dst[dst_lo + i] = dst[dst_lo + i] ``op`` src[src_lo + i] (``FOLD_COPY``: a copy),
+    threads ``rank`` of ``size`` sharing it (``_cuda_ir``)."""
+    signature = fold_type(op, dst, dst_lo, src, src_lo, count, rank, size)
+    return None if signature is None else (signature, fold_codegen)
 
 
 @jit
@@ -267,14 +262,12 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
     """dst[dst_lo + i] = op over every member's src[src_lo + i]: this PE's own value first,
     then the others in team-rank order (so ``dst`` may be ``src``)."""
     me = team_rank(team, fn)
-    mine = local(src, fn, "src")
-    for i in range(rank, count, size):
-        dst[dst_lo + i] = mine[src_lo + i]
+    _fold(FOLD_COPY, dst, dst_lo, local(src, fn, "src"), src_lo, count, rank, size)
+    address = ptx.address_of(src)
     for r in range(team_size(team, fn)):
         if r != me:   # each member's copy found once, then its elements combined in
-            theirs = ptx.flat_view(_peer_address(src, team_pe(team, r, fn), fn, name("src")), src)
-            for i in range(rank, count, size):
-                dst[dst_lo + i] = _combine(op, dst[dst_lo + i], theirs[src_lo + i])
+            theirs = ptx.flat_view(_reachable(address, team_pe(team, r, fn), fn, name("src")), src)
+            _fold(op, dst, dst_lo, theirs, src_lo, count, rank, size)
 
 
 # Other PEs: load/store into their mapped heaps (no remote transport on the GPU yet) ----
@@ -282,47 +275,62 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
 @jit
 def transfer(fn, to_peer, pe, dst, dst_stride, src, src_stride, nelems, rank, size, nbi):
     if to_peer:
-        theirs = ptx.flat_view(_peer_address(dst, pe, fn, name("dest")), dst)
+        theirs = ptx.flat_view(_reachable(ptx.address_of(dst), pe, fn, name("dest")), dst)
         copy_strided(theirs, dst_stride, src, src_stride, nelems, rank, size)
     else:
-        theirs = ptx.flat_view(_peer_address(src, pe, fn, name("src")), src)
+        theirs = ptx.flat_view(_reachable(ptx.address_of(src), pe, fn, name("src")), src)
         copy_strided(dst, dst_stride, theirs, src_stride, nelems, rank, size)
 
 
 @jit
 def remote_store(fn, arr, pe, value, what):
-    ptx.st_relaxed(_peer_address(arr, pe, fn, name(what)), arr, value)
+    ptx.st_relaxed(_reachable(ptx.address_of(arr), pe, fn, name(what)), arr, value)
 
 
 @jit
 def remote_load(fn, arr, pe, what):
-    return ptx.ld_relaxed(_peer_address(arr, pe, fn, name(what)), arr)
+    return ptx.ld_relaxed(_reachable(ptx.address_of(arr), pe, fn, name(what)), arr)
 
 
 @jit
 def remote_rmw(fn, arr, pe, op, value, what, fetch):
-    return ptx.atomic(op, _peer_address(arr, pe, fn, name(what)), arr, value)   # op: an RMW_* literal
+    return ptx.atomic(op, _reachable(ptx.address_of(arr), pe, fn, name(what)), arr, value)   # op: an RMW_* literal
 
 
 @jit
 def remote_compare_swap(fn, arr, pe, cond, value, what):
-    return ptx.atomic_cas(_peer_address(arr, pe, fn, name(what)), arr, cond, value)
+    return ptx.atomic_cas(_reachable(ptx.address_of(arr), pe, fn, name(what)), arr, cond, value)
 
 
 @jit
 def remote_atomic_load(fn, arr, pe, what):
-    return ptx.ld_seq_cst(_peer_address(arr, pe, fn, name(what)), arr)
+    return ptx.ld_seq_cst(_reachable(ptx.address_of(arr), pe, fn, name(what)), arr)
 
 
 # Memory ordering and atomics on this PE's memory ------------------------------------
+
+def _acquire_at(context, builder, array_type, array, index):
+    """Element ``index`` (an int64 value) of ``array``, loaded with acquire ordering."""
+    data = context.make_array(array_type)(context, builder, value=array).data
+    address = builder.ptrtoint(builder.gep(data, [index]), ir.IntType(64))
+    return ptx.load_codegen(context, builder, "acquire", array_type.dtype, address)
+
 
 @intrinsic
 def load_acquire(typingctx, arr, fn, what):
     """Element 0 of ``arr``, loaded with acquire ordering."""
     def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[0])(context, builder, value=args[0]).data
-        return ptx.load_codegen(context, builder, "acquire", arr.dtype, builder.ptrtoint(data, ir.IntType(64)))
+        return _acquire_at(context, builder, sig.args[0], args[0], ir.IntType(64)(0))
     return arr.dtype(arr, fn, what), codegen
+
+
+@intrinsic
+def _element_acquire(typingctx, arr, index):
+    """``arr[index]``, loaded with acquire ordering (no slice to type and build)."""
+    def codegen(context, builder, sig, args):
+        return _acquire_at(context, builder, sig.args[0], args[0],
+                           context.cast(builder, args[1], sig.args[1], types.int64))
+    return arr.dtype(arr, index), codegen
 
 
 @intrinsic
@@ -385,14 +393,21 @@ def group_sync(scope, fn):
         cuda.syncwarp(ptx.warp_mask(group_rank_and_size(scope, fn)[1]))   # a partial last warp
 
 
-_compare = jit(compare)
+@intrinsic
+def compare(typingctx, value, cmp, target):
+    """``value <cmp> target`` in ``value``'s own type (``_cuda_ir.compare_codegen``)."""
+    return types.boolean(value, cmp, target), compare_codegen
 
 
-@jit
-def _timed_out(started):
-    """Back off; True once PGAS_TIMEOUT has passed since ``started``."""
-    cuda.nanosleep(200)
-    return ptx.globaltimer() - started > _state_word(_TIMEOUT_NS)
+@intrinsic
+def _timed_out(typingctx, started):
+    """Back off (``nanosleep``); True once PGAS_TIMEOUT has passed since ``started``."""
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        ptx.inline_asm(builder, "nanosleep.u32 200;", "~{memory}", ir.VoidType(), [])
+        now = ptx.read_globaltimer(builder)
+        return builder.icmp_signed(">", builder.sub(now, args[0]), _load_state(builder, i64(_TIMEOUT_NS)))
+    return types.boolean(types.int64), codegen
 
 
 @jit
@@ -401,16 +416,18 @@ def wait_for_value(fn, word, what, cmp, value):
     started = ptx.globaltimer()
     while True:
         seen = load_acquire(word, fn, what)
-        if _compare(seen, cmp, target):
+        if compare(seen, cmp, target):
             return seen
         if _timed_out(started):
             _fail(TIMEOUT, fn, what, word, cmp, target, seen)
 
 
-@jit
-def wait_start(fn):
+@intrinsic
+def wait_start(typingctx, fn):
     """The clock of one wait loop (``wait_pause``)."""
-    return ptx.globaltimer()
+    def codegen(context, builder, sig, args):
+        return ptx.read_globaltimer(builder)
+    return types.int64(fn), codegen
 
 
 @jit
@@ -418,7 +435,7 @@ def wait_pause(fn, clock, ivars, index, what, cmp, value):
     """Back off once in a wait on ``ivars``; past PGAS_TIMEOUT record ``what[index] <cmp>
     value`` (the first included ivar not satisfied) and the value seen there, and trap."""
     if _timed_out(clock):
-        seen = load_acquire(ivars[index:], fn, what)
+        seen = _element_acquire(ivars, index)
         _fail(SET_TIMEOUT, fn, what, ivars, cmp + 8 * index, ptx.cast_like(seen, value), seen)
 
 
@@ -427,11 +444,11 @@ def wait_for_arrivals(fn, team, words, epoch):
     started = ptx.globaltimer()
     members = team_size(team, fn)
     for rank in range(members):
-        while load_acquire(words[rank:rank + 1], fn, "barrier flag") < epoch:
+        while _element_acquire(words, rank) < epoch:
             if _timed_out(started):
                 missing, count = np.int64(0), 0
                 for r in range(members):
-                    if load_acquire(words[r:r + 1], fn, "barrier flag") < epoch:
+                    if _element_acquire(words, r) < epoch:
                         count += 1
                         pe = team_pe(team, r, fn)
                         if pe < 64:
@@ -463,8 +480,8 @@ def check_copy(fn, dst, dst_name, dst_stride, src, src_name, src_stride, nelems)
     _same_dtype(dst_name, dst, src_name, src)
     if nelems < 0:
         _fail(_NEGATIVE, fn, "nelems", "", nelems, 0, 0)
-    _check_fits(fn, dst_name, dst, dst_stride, nelems)
-    _check_fits(fn, src_name, src, src_stride, nelems)
+    _check_fits(fn, name(dst_name), dst, dst_stride, nelems)   # plain strings: one compiled copy
+    _check_fits(fn, name(src_name), src, src_stride, nelems)
 
 
 cast_like = ptx.cast_like

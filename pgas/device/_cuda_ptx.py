@@ -9,8 +9,6 @@ Memory model (PTX, system scope, so peers on other GPUs and the CPU see it):
 - ``atomic`` / ``atomic_cas`` / ``ld_seq_cst``: sequentially consistent, as the device
   atomics are documented: ``fence.sc.sys`` then the ``.acquire`` atomic or load (the
   mapping libcu++ uses for ``memory_order_seq_cst``).
-- ``copy16``: one 16-byte load and store (``ld.v2.u64``/``st.v2.u64``), the unit of the
-  block copies.
 
 Every access takes an integer address and an array of the element type (``like``), so
 the same intrinsic serves this PE's memory and a peer's mapped heap. Values of 8 and 16
@@ -27,11 +25,11 @@ from numba.cuda.extending import intrinsic
 from .._cpu_atomics import check_dtype
 from .._device_errors import FN_BYTES, TEXT_WORD, WHAT_BYTES, WHY_BYTES
 from .._errors import PgasError
-from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR, reduce_code
+from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
 
-__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "view_at", "int64_view",
-           "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "copy16", "cast_like", "warp_mask",
-           "globaltimer", "string_argument", "word_argument", "call_record_error", "bitwise"]
+__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "view_at", "array_at",
+           "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "cast_like", "warp_mask",
+           "globaltimer", "read_globaltimer", "string_argument", "word_argument", "call_record_error"]
 
 _I64 = ir.IntType(64)
 _REGISTER = {8: "h", 16: "h", 32: "r", 64: "l"}
@@ -88,7 +86,7 @@ def address_of(typingctx, arr):
     return types.uint64(arr), codegen
 
 
-def _view(context, builder, array_type, address, count):
+def array_at(context, builder, array_type, address, count):
     """A 1-D C-contiguous array struct of ``count`` elements at integer ``address``."""
     out = context.make_array(array_type)(context, builder)
     itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(array_type.dtype)))
@@ -104,24 +102,25 @@ def flat_view(typingctx, address, arr):
 
     def codegen(context, builder, sig, args):
         count = context.make_array(sig.args[1])(context, builder, value=args[1]).nitems
-        return _view(context, builder, result, args[0], count)
+        return array_at(context, builder, result, args[0], count)
     return result(types.uint64, arr), codegen
 
 
 @intrinsic
-def flat_or_none(typingctx, arr):
+def flat_or_none(typingctx, arr, fn, what):
     """An array's elements as a 1-D C array in place, or None for None (chosen by the type,
-    so that None never becomes an Optional array)."""
+    so that None never becomes an Optional array). ``fn``/``what``: the primitive layer's
+    arguments of ``local``/``plain_or_none``, unused here."""
     if isinstance(arr, types.NoneType):
-        return arr(arr), lambda context, builder, sig, args: context.get_constant_null(sig.return_type)
+        return arr(arr, fn, what), lambda context, builder, sig, args: context.get_constant_null(sig.return_type)
     if not isinstance(arr, types.Array):
         return None
     result = types.Array(arr.dtype, 1, "C")
 
     def codegen(context, builder, sig, args):
         source = context.make_array(sig.args[0])(context, builder, value=args[0])
-        return _view(context, builder, result, builder.ptrtoint(source.data, _I64), source.nitems)
-    return result(arr), codegen
+        return array_at(context, builder, result, builder.ptrtoint(source.data, _I64), source.nitems)
+    return result(arr, fn, what), codegen
 
 
 @intrinsic
@@ -139,15 +138,6 @@ def view_at(typingctx, address, arr):
                                meminfo=None)
         return out._getvalue()
     return arr(types.uint64, arr), codegen
-
-
-@intrinsic
-def int64_view(typingctx, address, count):
-    result = types.Array(types.int64, 1, "C")
-
-    def codegen(context, builder, sig, args):
-        return _view(context, builder, result, args[0], context.cast(builder, args[1], sig.args[1], types.intp))
-    return result(types.uint64, count), codegen
 
 
 @intrinsic
@@ -262,17 +252,6 @@ def atomic_cas(typingctx, address, like, cond, value):
     return dtype(types.uint64, like, cond, value), codegen
 
 
-@intrinsic
-def copy16(typingctx, dst, src):
-    """Copy the 16 bytes at ``src`` to ``dst`` (both 16-byte aligned) in one vector load and store."""
-    def codegen(context, builder, sig, args):
-        vector = ir.VectorType(_I64, 2).as_pointer()
-        data = builder.load(builder.inttoptr(args[1], vector), align=16)
-        builder.store(data, builder.inttoptr(args[0], vector), align=16)
-        return context.get_dummy_value()
-    return types.void(types.uint64, types.uint64), codegen
-
-
 # Threads, time, errors ------------------------------------------------------------------
 
 @intrinsic
@@ -285,10 +264,15 @@ def warp_mask(typingctx, size):
     return types.uint32(size), codegen
 
 
+def read_globaltimer(builder):
+    """The GPU's nanosecond clock (an int64 value)."""
+    return inline_asm(builder, "mov.u64 $0, %globaltimer;", "=l", _I64, [])
+
+
 @intrinsic
 def globaltimer(typingctx):
     def codegen(context, builder, sig, args):
-        return inline_asm(builder, "mov.u64 $0, %globaltimer;", "=l", _I64, [])
+        return read_globaltimer(builder)
     return types.int64(), codegen
 
 
@@ -377,22 +361,3 @@ def call_record_error(builder, context, arguments):
     fnty = ir.FunctionType(ir.VoidType(), [a.type for a in arguments])
     context.active_code_library.add_linking_library(_record_library(context, fnty))
     builder.call(cgutils.get_or_insert_function(builder.module, fnty, "pgas_record_error"), arguments)
-
-
-@intrinsic
-def bitwise(typingctx, op, a, b):
-    """a and/or/xor b for the and/or/xor reduction codes on integers and booleans; floats
-    return a (a bitwise reduction of floats is refused when the kernel compiles)."""
-    and_code, or_code = reduce_code("and"), reduce_code("or")
-
-    def codegen(context, builder, sig, args):
-        op_value, x, y = args
-        y = context.cast(builder, y, sig.args[2], sig.args[1])
-        if not isinstance(sig.args[1], (types.Integer, types.Boolean)):
-            return x
-        result = builder.xor(x, y)
-        result = builder.select(builder.icmp_signed("==", op_value, ir.Constant(op_value.type, or_code)),
-                                builder.or_(x, y), result)
-        return builder.select(builder.icmp_signed("==", op_value, ir.Constant(op_value.type, and_code)),
-                              builder.and_(x, y), result)
-    return a(op, a, b), codegen

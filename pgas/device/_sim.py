@@ -21,7 +21,7 @@ from .._checks import (check_contiguous, check_dtypes_match, check_nonnegative, 
                        check_sig_op, check_signal)
 from .._errors import PgasError, PgasTimeoutError, PgasValueError
 from .._reductions import reduce_into, reduction_ufunc
-from .._waiting import Wait, check_cmp
+from .._waiting import Wait, check_cmp, compare
 from .._waiting import wait_for_value as _wait_for_value
 from ..host import _runtime
 from ..host._memory import as_ndarray
@@ -151,6 +151,11 @@ def plain(arr, fn: str, what: str) -> np.ndarray:
 def plain_or_none(arr, fn: str, what: str) -> np.ndarray | None:
     """An optional array argument: None, or the array flat (``plain``)."""
     return None if arr is None else plain(arr, fn, what)
+
+
+def part(arr: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``arr[lo:hi]`` (a view)."""
+    return arr[lo:hi]
 
 
 def barrier_words(team, fn: str) -> np.ndarray:

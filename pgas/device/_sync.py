@@ -20,14 +20,10 @@ Guarantees, as in NVSHMEM:
 from __future__ import annotations
 
 from .._constants import TEAM_WORLD
-from .._waiting import compare
 from ._codes import BLOCK, RMW_ADD, THREAD, WARP
 from ._primitives import prim as _p
 
 __all__ = ["fence", "quiet", "wait_until", "test"]
-
-_compare = _p.jit(compare)
-
 
 def fence():
     """fence(): order this thread's puts to each PE (see the module's guarantees)."""
@@ -43,7 +39,7 @@ def test(ivar, cmp, value):
     """test(ivar, cmp, value) -> bool: does the local ``ivar[0] <cmp> value`` hold now?"""
     fn = _p.name("pgas.device.test")
     _p.check_cmp(fn, cmp)
-    return _compare(_p.load_acquire(_p.local(ivar, fn, "ivar"), fn, "ivar"), cmp, value)
+    return _p.compare(_p.load_acquire(_p.local(ivar, fn, "ivar"), fn, "ivar"), cmp, value)
 
 
 def wait_until(ivar, cmp, value):
@@ -70,10 +66,10 @@ def _team_sync(fn, team, complete_first):
     # Atomic, and arrivals are counted rather than stored: two callers on one PE (blocks of
     # one kernel, a thread-scope call made by many threads, two streams) each take their own
     # epoch and each count once, so no arrival is lost and the flags only grow.
-    epoch = _p.atomic_rmw(words[last:], RMW_ADD, 1, fn, "barrier epoch") + 1
+    epoch = _p.atomic_rmw(_p.part(words, last, last + 1), RMW_ADD, 1, fn, "barrier epoch") + 1
     me = _p.team_rank(team, fn)
     for q in range(_p.team_size(team, fn)):
-        _p.remote_rmw(fn, words[me:me + 1], _p.team_pe(team, q, fn), RMW_ADD, 1, "barrier flag", False)
+        _p.remote_rmw(fn, _p.part(words, me, me + 1), _p.team_pe(team, q, fn), RMW_ADD, 1, "barrier flag", False)
     _p.wait_for_arrivals(fn, team, words, epoch)
 
 

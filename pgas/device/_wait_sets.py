@@ -38,7 +38,6 @@ the argument (on a GPU, dtypes are refused when the kernel compiles).
 """
 from __future__ import annotations
 
-from .._waiting import compare
 from ._codes import INDEX_DTYPES, MASK_DTYPES, WAIT_DTYPES
 from ._primitives import prim as _p
 
@@ -46,9 +45,6 @@ __all__: list[str] = []
 
 ALL, ANY, SOME = range(3)   # what a wait on the set waits for
 _MODES = {"all": ALL, "any": ANY, "some": SOME}
-
-_compare = _p.jit(compare)
-
 
 @_p.jit
 def _included(status, i):
@@ -91,7 +87,7 @@ def _scan(fn, ivars, status, cmp, value, values, indices):
         if _included(status, i):
             included += 1
             seen = _p.load_acquire(ivars[i:], fn, "ivars")
-            if _compare(seen, cmp, _p.cast_like(seen, _target(value, values, i))):
+            if _p.compare(seen, cmp, _p.cast_like(seen, _target(value, values, i))):
                 if indices is not None:
                     indices[held] = i
                 if first_held < 0:

@@ -126,7 +126,7 @@ def barrier_of(team):
 
 
 def narrow_reductions(team, d8, s8, db, sb):
-    """8-bit integers and booleans: numba computes them in int64, pgas casts back."""
+    """8-bit integers and booleans, combined in their own width (bool as bytes 0 and 1)."""
     dev.sum_reduce(team, d8, s8)
     dev.xor_reduce_warp(team, db, sb)
 

@@ -1,0 +1,146 @@
+"""The cuda layer's hand-built IR (``pgas/device/_cuda_ir.py``) runs on the CPU.
+
+Their IR is plain LLVM, so numba's CPU target compiles the very same codegen; every thread
+rank of a group is run in turn and the result compared with numpy. This proves the index
+arithmetic (the 16-byte head, chunks and tail of the copy, strides, ranks) and each
+reduction's element rule without a GPU; the offline suite shows the same IR in sm_90 PTX.
+"""
+import itertools
+import random
+
+import numpy as np
+import pytest
+from numba import njit
+from numba.extending import intrinsic
+
+from pgas._constants import CMP_GT, CMP_NAMES, CMP_NE
+from pgas._reductions import OPS, ops_for
+from pgas._waiting import compare as python_compare
+from pgas.device._codes import reduce_code
+from pgas.device._cuda_ir import FOLD_COPY, compare_codegen, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
+
+
+@intrinsic
+def _copy_strided(typingctx, dst, dst_stride, src, src_stride, nelems, rank, size):
+    return copy_strided_type(dst, dst_stride, src, src_stride, nelems, rank, size), copy_strided_codegen
+
+
+@njit
+def _copy_by_every_rank(dst, dst_stride, src, src_stride, nelems, size):
+    for rank in range(size):
+        _copy_strided(dst, dst_stride, src, src_stride, nelems, rank, size)
+
+
+def _fold_by_every_rank(op):
+    @intrinsic
+    def fold(typingctx, op_code, dst, dst_lo, src, src_lo, count, rank, size):
+        signature = fold_type(op_code, dst, dst_lo, src, src_lo, count, rank, size)
+        return None if signature is None else (signature, fold_codegen)
+
+    @njit
+    def run(dst, dst_lo, src, src_lo, count, size):
+        for rank in range(size):
+            fold(op, dst, dst_lo, src, src_lo, count, rank, size)
+    return run
+
+
+def _at_byte_offset(buffer: np.ndarray, offset: int, dtype, count: int) -> np.ndarray:
+    """``count`` elements of ``dtype`` starting ``offset`` bytes into a 64-byte-aligned buffer."""
+    return buffer[offset:offset + count * np.dtype(dtype).itemsize].view(dtype)
+
+
+def _aligned_bytes(nbytes: int) -> np.ndarray:
+    raw = np.zeros(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + nbytes]
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "float32", "float64", "complex128"])
+def test_copy_strided_matches_numpy_at_every_alignment_stride_and_group_size(dtype):
+    itemsize = np.dtype(dtype).itemsize
+    rng = random.Random(itemsize)
+    cases = [(dst_off, src_off, stride, nelems, size)
+             for dst_off, src_off in itertools.product(range(0, 32, itemsize), repeat=2)
+             for stride, nelems, size in ((1, 0, 1), (1, 1, 1), (1, 37, 1), (1, 64, 3), (1, 200, 32),
+                                          (2, 23, 1), (3, 40, 5))]
+    rng.shuffle(cases)
+    for dst_off, src_off, stride, nelems, size in cases[:120]:
+        src_count = dst_count = max(1, (nelems - 1) * stride + 1)
+        src = _at_byte_offset(_aligned_bytes(src_off + src_count * itemsize + 64), src_off, dtype, src_count)
+        src[...] = (np.arange(src_count) % 7 + 1).astype(dtype)
+        dst = _at_byte_offset(_aligned_bytes(dst_off + dst_count * itemsize + 64), dst_off, dtype, dst_count)
+        expected = dst.copy()
+        expected[:nelems * stride:stride] = src[:nelems * stride:stride]
+        _copy_by_every_rank(dst, stride, src, stride, nelems, size)
+        np.testing.assert_array_equal(dst, expected, err_msg=str((dst_off, src_off, stride, nelems, size)))
+
+
+def _values(dtype, count: int, rng: np.random.Generator) -> np.ndarray:
+    if dtype == np.bool_:
+        return rng.integers(0, 2, count).astype(bool)
+    if np.dtype(dtype).kind == "f":
+        values = rng.normal(0, 100, count).astype(dtype)
+        values[::7] = np.nan   # a float min/max is NaN where either side is
+        return values
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int32", "uint64", "float32", "float64"])
+def test_fold_computes_every_op_as_numpy_does_in_the_element_type(dtype):
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(3)
+    for op in (*ops_for(dtype), None):
+        run = _fold_by_every_rank(FOLD_COPY if op is None else reduce_code(op))
+        for dst_lo, src_lo, count, size in ((0, 0, 0, 1), (0, 0, 41, 1), (3, 5, 41, 4), (1, 0, 100, 32)):
+            dst = _values(dtype, 160, rng)
+            src = _values(dtype, 160, rng)
+            expected = dst.copy()
+            part = slice(dst_lo, dst_lo + count)
+            if op is None:
+                expected[part] = src[src_lo:src_lo + count]
+            else:
+                with np.errstate(all="ignore"):
+                    OPS[op](expected[part], src[src_lo:src_lo + count], out=expected[part])
+            run(dst, dst_lo, src, src_lo, count, size)
+            np.testing.assert_array_equal(dst, expected, err_msg=f"{op} {dtype} {(dst_lo, src_lo, count, size)}")
+
+
+def test_fold_may_fold_an_array_into_itself():
+    values = np.arange(10, dtype=np.int64)
+    _fold_by_every_rank(reduce_code("sum"))(values, 0, values, 0, 10, 3)
+    np.testing.assert_array_equal(values, 2 * np.arange(10))
+
+
+@intrinsic
+def _compare(typingctx, value, cmp, target):
+    from numba import types
+    return types.boolean(value, cmp, target), compare_codegen
+
+
+@njit
+def _compare_all(values, cmp, target, out):
+    for i in range(values.size):
+        out[i] = _compare(values[i], cmp, target)
+
+
+@pytest.mark.parametrize("dtype, target", [("int32", -3), ("int64", 5), ("float64", 0.5), ("float32", float("nan")),
+                                           ("uint32", 3)])
+def test_compare_is_pythons_comparison_in_the_values_type(dtype, target):
+    values = np.array([-7, -3, 0, 0.5, 3, 5, float("nan"), 2 ** 31 - 1], dtype=np.float64)
+    values = values[~np.isnan(values)] if np.dtype(dtype).kind != "f" else values
+    values = values.astype(dtype)
+    for cmp in (*CMP_NAMES, 99):
+        out = np.zeros(values.size, np.bool_)
+        _compare_all(values, cmp, target, out)
+        expected = [python_compare(v, cmp, np.asarray(target).astype(dtype)[()]) for v in values]
+        assert out.tolist() == expected, (dtype, CMP_NAMES.get(cmp), target)
+
+
+def test_compare_of_a_uint64_word_is_exact_not_through_float64():
+    big = np.array([2 ** 63 + 1], np.uint64)   # float64 cannot tell 2**63 + 1 from 2**63
+    out = np.zeros(1, np.bool_)
+    _compare_all(big, CMP_NE, np.uint64(2 ** 63), out)
+    assert out[0]
+    _compare_all(big, CMP_GT, np.int64(5), out)   # an int target, converted to uint64
+    assert out[0]
