@@ -1,23 +1,30 @@
 """The cuda layer's hand-built IR (``pgas/device/_cuda_ir.py``) runs on the CPU.
 
-Their IR is plain LLVM, so numba's CPU target compiles the very same codegen; every thread
-rank of a group is run in turn and the result compared with numpy. This proves the index
-arithmetic (the 16-byte head, chunks and tail of the copy, strides, ranks) and each
-reduction's element rule without a GPU; the offline suite shows the same IR in sm_90 PTX.
+The IR is plain LLVM, so numba's CPU target compiles the very same codegen. Copies and
+folds run every thread rank of a group in turn and are compared with numpy; comparisons
+with Python's; value checks record their failures through a callback, and the text the
+host would raise from that record is compared with the simulator's. This proves the index
+arithmetic (the 16-byte head, chunks and tail of the copy, strides, ranks), each
+reduction's element rule and each check's condition and fields without a GPU; the offline
+suite shows the same IR in sm_90 PTX.
 """
+import ctypes
 import itertools
 import random
 
 import numpy as np
 import pytest
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
 from numba.extending import intrinsic
 
-from pgas._constants import CMP_GT, CMP_NAMES, CMP_NE
+from pgas._constants import CMP_GT, CMP_NAMES, CMP_NE, SIGNAL_ADD, SIGNAL_SET
+from pgas._device_errors import _describe
+from pgas._errors import PgasError
 from pgas._reductions import OPS, ops_for
 from pgas._waiting import compare as python_compare
 from pgas.device._codes import reduce_code
-from pgas.device._cuda_ir import FOLD_COPY, compare_codegen, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
+from pgas.device._cuda_ir import FOLD_COPY, check_codegens, compare_codegen, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
 
 
 @intrinsic
@@ -114,7 +121,6 @@ def test_fold_may_fold_an_array_into_itself():
 
 @intrinsic
 def _compare(typingctx, value, cmp, target):
-    from numba import types
     return types.boolean(value, cmp, target), compare_codegen
 
 
@@ -144,3 +150,139 @@ def test_compare_of_a_uint64_word_is_exact_not_through_float64():
     assert out[0]
     _compare_all(big, CMP_GT, np.int64(5), out)   # an int target, converted to uint64
     assert out[0]
+
+
+# Value checks: each failure calls back into Python with the record's fields -------------
+
+_RECORDS: list = []   # (kind, fn, what, why, a, b, c) of each failure, in order
+
+
+def _on_failure(kind, *fields):
+    texts = [ctypes.string_at(fields[i], fields[i + 1]).decode() for i in (0, 2, 4)]
+    _RECORDS.append((kind, *texts, *fields[6:]))
+
+
+_RECORDER = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_int64] * 9)(_on_failure)
+
+
+def _text_argument(context, builder, typ, value):
+    """(address, length) of a text as int64 values: a runtime string, or one known now."""
+    i64 = ir.IntType(64)
+    if isinstance(typ, types.UnicodeType):
+        string = context.make_helper(builder, typ, value=value)
+        return [builder.ptrtoint(string.data, i64), string.length]
+    text = typ if isinstance(typ, str) else typ.literal_value if isinstance(typ, types.StringLiteral) else str(typ.dtype)
+    return [builder.ptrtoint(context.insert_const_string(builder.module, text), i64), i64(len(text))]
+
+
+def _record(context, builder, kind, texts, numbers):
+    i64 = ir.IntType(64)
+    arguments = [i64(kind)]
+    for typ, value in texts:
+        arguments += _text_argument(context, builder, typ, value)
+    callee = builder.inttoptr(i64(ctypes.cast(_RECORDER, ctypes.c_void_p).value),
+                              ir.FunctionType(ir.VoidType(), [i64] * 10).as_pointer())
+    builder.call(callee, arguments + list(numbers))
+
+
+_CHECKS = check_codegens(_record)
+
+
+@intrinsic
+def _size(typingctx, fn, what, have, need, why):
+    return types.void(fn, what, have, need, why), _CHECKS["size"]
+
+
+@intrinsic
+def _root(typingctx, fn, root, team_size):
+    return types.void(fn, root, team_size), _CHECKS["root"]
+
+
+@intrinsic
+def _cmp(typingctx, fn, cmp):
+    return types.void(fn, cmp), _CHECKS["cmp"]
+
+
+@intrinsic
+def _sig_op(typingctx, fn, sig_op):
+    return types.void(fn, sig_op), _CHECKS["sig_op"]
+
+
+@intrinsic
+def _not_empty(typingctx, fn, what, arr):
+    return types.void(fn, what, arr), _CHECKS["not_empty"]
+
+
+@intrinsic
+def _signal(typingctx, fn, signal):
+    return types.void(fn, signal), _CHECKS["signal"]
+
+
+@intrinsic
+def _copy(typingctx, fn, dst, dst_name, dst_stride, src, src_name, src_stride, nelems):
+    return types.void(fn, dst, dst_name, dst_stride, src, src_name, src_stride, nelems), _CHECKS["copy"]
+
+
+FN = "pgas.device.f"
+
+
+@njit
+def _run_checks(case, have, need, root, members, cmp, sig_op, arr, signal, dst, dst_stride, src, src_stride, nelems):
+    if case == 0:
+        _size("pgas.device.f", "dest", have, need, "dest must hold team size x src.size elements")
+    elif case == 1:
+        _root("pgas.device.f", root, members)
+    elif case == 2:
+        _cmp("pgas.device.f", cmp)
+    elif case == 3:
+        _sig_op("pgas.device.f", sig_op)
+    elif case == 4:
+        _not_empty("pgas.device.f", "dest", arr)
+    elif case == 5:
+        _signal("pgas.device.f", signal)
+    else:
+        _copy("pgas.device.f", dst, "dest", dst_stride, src, "src", src_stride, nelems)
+
+
+def _device_message(**values):
+    """The first failure's text as the host builds it from a GPU's record, or None."""
+    arguments = dict(case=0, have=1, need=1, root=0, members=2, cmp=0, sig_op=0, arr=np.zeros(1),
+                     signal=np.zeros(1, np.uint64), dst=np.zeros(10), dst_stride=1, src=np.zeros(10), src_stride=1,
+                     nelems=1)
+    arguments.update(values)
+    _RECORDS.clear()
+    _run_checks(*arguments.values())
+    return str(_describe(*_RECORDS[0])) if _RECORDS else None
+
+
+def _simulator_message(check, *args):
+    try:
+        check(*args)
+    except PgasError as exc:
+        return str(exc)
+    return None
+
+
+def test_value_checks_fail_where_the_simulators_do_with_the_same_text():
+    from pgas.device import _sim
+    why = "dest must hold team size x src.size elements"
+    cases = [({"case": 0, "have": have, "need": need}, (_sim.check_size, FN, "dest", have, need, why))
+             for have, need in ((3, 3), (3, 4), (0, 2))]
+    cases += [({"case": 1, "root": root, "members": 4}, (_sim.check_root, FN, root, 4)) for root in (-1, 0, 3, 4)]
+    cases += [({"case": 2, "cmp": cmp}, (_sim.check_cmp, FN, cmp)) for cmp in (-1, *CMP_NAMES, 6)]
+    cases += [({"case": 3, "sig_op": op}, (_sim.check_sig_op, FN, op)) for op in (SIGNAL_SET, SIGNAL_ADD, 7)]
+    cases += [({"case": 4, "arr": arr}, (_sim.check_not_empty, FN, "dest", arr)) for arr in (np.zeros(0), np.zeros(2))]
+    cases += [({"case": 5, "signal": s}, (_sim.check_signal, FN, s)) for s in (np.zeros(0, np.uint64),
+                                                                               np.zeros(1, np.int64))]
+    for dst_stride, src_stride, nelems in ((1, 1, 10), (1, 1, 11), (3, 1, 4), (4, 1, 4), (1, 2, 6), (0, 1, 1),
+                                           (1, -2, 1), (1, 1, -1), (1, 1, 0), (5, 5, 0)):
+        dst, src = np.zeros(10), np.zeros(10)
+        cases.append(({"case": 6, "dst": dst, "dst_stride": dst_stride, "src": src, "src_stride": src_stride,
+                       "nelems": nelems},
+                      (_sim.check_copy, FN, dst, "dest", dst_stride, src, "src", src_stride, nelems)))
+    failures = 0
+    for values, simulator in cases:
+        expected = _simulator_message(*simulator)
+        failures += expected is not None
+        assert _device_message(**values) == expected, values
+    assert failures >= 12

@@ -27,16 +27,16 @@ import numpy as np
 from llvmlite import ir
 from numba import cuda, types
 from numba.core.errors import TypingError
-from numba.cuda import nvvmutils
+from numba.cuda import cgutils, nvvmutils
 from numba.cuda.extending import intrinsic
 
-from .._constants import CMP_NAMES, MAX_TEAMS, SIGNAL_ADD, SIGNAL_SET
+from .._constants import MAX_TEAMS
 from .._device_errors import BARRIER_TIMEOUT, KIND, SET_TIMEOUT, TIMEOUT
 from .._env import setting
 from .._errors import PgasError
 from .._reductions import reduction_ufunc
 from . import _cuda_ptx as ptx
-from ._cuda_ir import FOLD_COPY, compare_codegen, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
+from ._cuda_ir import FOLD_COPY, check_codegens, compare_codegen, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
 from ._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, THREAD, reduce_code
 
 __all__ = [*PRIMITIVES, "STATE_ADDRESS", "STATE_WORDS"]
@@ -48,12 +48,8 @@ _MY_PE, _N_PES, _HEAP_BASE, _HEAP_SIZE, _TIMEOUT_NS, _MAILBOX = range(6)
 _PEER_BASES = 8
 STATE_WORDS = {"my_pe": _MY_PE, "n_pes": _N_PES, "heap_base": _HEAP_BASE, "heap_size": _HEAP_SIZE,
                "timeout_ns": _TIMEOUT_NS, "mailbox": _MAILBOX, "peer_bases": _PEER_BASES}
-_CMP_LOWEST, _CMP_HIGHEST = min(CMP_NAMES), max(CMP_NAMES)
 # error kinds a device check records (texts in pgas/_device_errors.py)
-_NOT_EMPTY, _NEGATIVE, _NEGATIVE_STRIDE, _STRIDE_ZERO, _COPY_FITS, _SIZE, _ROOT, _PE_RANGE, _UNREACHABLE, _TEAM, \
-    _CMP, _SIG_OP, _SIGNAL = (KIND[k] for k in ("NOT_EMPTY", "NEGATIVE", "NEGATIVE_STRIDE", "STRIDE_ZERO",
-                                                "COPY_FITS", "SIZE", "ROOT", "PE_RANGE", "UNREACHABLE", "TEAM",
-                                                "CMP", "SIG_OP", "SIGNAL"))
+_PE_RANGE, _UNREACHABLE, _TEAM = (KIND[k] for k in ("PE_RANGE", "UNREACHABLE", "TEAM"))
 
 
 def jit(function):
@@ -94,18 +90,29 @@ def _state_word(typingctx, index):
     return types.int64(index), codegen
 
 
+def _record_failure(context, builder, kind, texts, numbers):
+    """Write an error record into this PE's mailbox and stop the kernel (``trap``); the host
+    raises it. ``kind``: a KIND code or an int64 value; ``texts``: fn, what, why as (numba
+    type, value) or (plain string, None); ``numbers``: a, b, c as int64 values."""
+    i64 = ir.IntType(64)
+    arguments = [_load_state(builder, i64(_MAILBOX)), _load_state(builder, i64(_MY_PE)),
+                 i64(kind) if isinstance(kind, int) else kind]
+    for typ, value in texts:
+        arguments += ptx.string_argument(context, builder, typ, value)
+    ptx.call_record_error(builder, context, arguments + list(numbers))
+
+
+_CHECKS = check_codegens(_record_failure)
+
+
 @intrinsic
 def _fail(typingctx, kind, fn, what, why, a, b, c):
-    """Record a failed check in this PE's mailbox and stop the kernel (``trap``); the host
-    raises it. ``what``/``why``: strings, or an array (its dtype's name); a, b, c: numbers."""
+    """Record a failed check (``_record_failure``). ``what``/``why``: strings, or an array
+    (its dtype's name); a, b, c: numbers."""
     def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        arguments = [_load_state(builder, i64(_MAILBOX)), _load_state(builder, i64(_MY_PE)),
-                     context.cast(builder, args[0], sig.args[0], types.int64)]
-        for typ, value in zip(sig.args[1:4], args[1:4]):
-            arguments += ptx.string_argument(context, builder, typ, value)
-        arguments += [ptx.word_argument(context, builder, typ, value) for typ, value in zip(sig.args[4:], args[4:])]
-        ptx.call_record_error(builder, context, arguments)
+        _record_failure(context, builder, context.cast(builder, args[0], sig.args[0], types.int64),
+                        list(zip(sig.args[1:4], args[1:4])),
+                        [ptx.word_argument(context, builder, typ, value) for typ, value in zip(sig.args[4:], args[4:])])
         return context.get_dummy_value()
     return types.void(kind, fn, what, why, a, b, c), codegen
 
@@ -157,11 +164,20 @@ def team_pe(typingctx, team, rank, fn):
     return types.int64(team, rank, fn), codegen
 
 
-@jit
-def check_team(fn, team):
+@intrinsic
+def check_team(typingctx, fn, team):
     """``team`` must be a live slot (checked once per call that takes a team)."""
-    if team < 0 or team >= MAX_TEAMS or team_size(team, fn) == 0:   # size 0: a free slot
-        _fail(_TEAM, fn, "team", "", team, _state_word(_MY_PE), 0)
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        slot = context.cast(builder, args[1], sig.args[1], types.int64)
+        in_range = builder.and_(builder.icmp_signed(">=", slot, i64(0)), builder.icmp_signed("<", slot, i64(MAX_TEAMS)))
+        size = _team_word(context, builder, types.int64, builder.select(in_range, slot, i64(0)), i64(0))
+        failed = builder.or_(builder.not_(in_range), builder.icmp_signed("==", size, i64(0)))   # size 0: a free slot
+        with cgutils.if_unlikely(builder, failed):
+            _record_failure(context, builder, _TEAM, [(sig.args[0], args[0]), ("team", None), ("", None)],
+                            [slot, _load_state(builder, i64(_MY_PE)), i64(0)])
+        return context.get_dummy_value()
+    return types.void(fn, team), codegen
 
 
 @jit
@@ -356,41 +372,59 @@ def atomic_compare_swap(arr, cond, value, fn, what):
 
 # Groups and waits -------------------------------------------------------------------
 
+def _group_rank_and_size(builder, kind):
+    """(this thread's rank, the group's size) as int64 values for scope ``kind``."""
+    i64 = ir.IntType(64)
+    if kind == THREAD:
+        return i64(0), i64(1)
+
+    def sreg(name):
+        return builder.zext(nvvmutils.call_sreg(builder, name), i64)
+    width, height = sreg("ntid.x"), sreg("ntid.y")
+    block = builder.mul(builder.mul(width, height), sreg("ntid.z"))
+    tid = builder.add(sreg("tid.x"), builder.mul(width, builder.add(sreg("tid.y"), builder.mul(height, sreg("tid.z")))))
+    if kind == BLOCK:
+        return tid, block
+    first = builder.and_(tid, i64(~(WARP_SIZE - 1)))
+    left = builder.sub(block, first)
+    return builder.sub(tid, first), builder.select(builder.icmp_signed("<", left, i64(WARP_SIZE)), left, i64(WARP_SIZE))
+
+
 @intrinsic
 def group_rank_and_size(typingctx, scope, fn):
     """This thread's rank in its thread / warp / block (``scope``, a literal) and the
     group's size (a partial last warp counts the threads it has)."""
     if not isinstance(scope, types.IntegerLiteral):
         return None
-    kind = scope.literal_value
     result = types.UniTuple(types.int64, 2)
 
     def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        if kind == THREAD:
-            return context.make_tuple(builder, result, [i64(0), i64(1)])
-
-        def sreg(name):
-            return builder.zext(nvvmutils.call_sreg(builder, name), i64)
-        width, height = sreg("ntid.x"), sreg("ntid.y")
-        block = builder.mul(builder.mul(width, height), sreg("ntid.z"))
-        tid = builder.add(sreg("tid.x"), builder.mul(width, builder.add(sreg("tid.y"),
-                                                                         builder.mul(height, sreg("tid.z")))))
-        if kind == BLOCK:
-            return context.make_tuple(builder, result, [tid, block])
-        first = builder.and_(tid, i64(~(WARP_SIZE - 1)))
-        left = builder.sub(block, first)
-        size = builder.select(builder.icmp_signed("<", left, i64(WARP_SIZE)), left, i64(WARP_SIZE))
-        return context.make_tuple(builder, result, [builder.sub(tid, first), size])
+        return context.make_tuple(builder, result, list(_group_rank_and_size(builder, scope.literal_value)))
     return result(scope, fn), codegen
 
 
-@jit
-def group_sync(scope, fn):
-    if scope == BLOCK:
-        cuda.syncthreads()
-    elif scope != THREAD:
-        cuda.syncwarp(ptx.warp_mask(group_rank_and_size(scope, fn)[1]))   # a partial last warp
+@intrinsic
+def group_sync(typingctx, scope, fn):
+    """Synchronize the group of ``scope`` (a literal): the block (``bar.sync``), or the
+    warp with the mask of the threads it has (a partial last warp); nothing for a thread."""
+    if not isinstance(scope, types.IntegerLiteral):
+        return None
+
+    def codegen(context, builder, sig, args):
+        kind = scope.literal_value
+        if kind == BLOCK:
+            barrier = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), ()),
+                                                     "llvm.nvvm.barrier0")
+            builder.call(barrier, ())
+        elif kind != THREAD:
+            i32 = ir.IntType(32)
+            size = builder.trunc(_group_rank_and_size(builder, kind)[1], i32)
+            mask = builder.lshr(i32(0xFFFFFFFF), builder.sub(i32(32), size))
+            sync = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), (i32,)),
+                                                  "llvm.nvvm.bar.warp.sync")
+            builder.call(sync, (mask,))
+        return context.get_dummy_value()
+    return types.void(scope, fn), codegen
 
 
 @intrinsic
@@ -459,73 +493,44 @@ def wait_for_arrivals(fn, team, words, epoch):
 # Checks: values are checked here (a failure is recorded, then the kernel traps); types
 # when the kernel compiles ----------------------------------------------------------------
 
-@jit
-def check_not_empty(fn, what, arr):
-    if arr.size == 0:
-        _fail(_NOT_EMPTY, fn, what, "", 0, 0, 0)
+@intrinsic
+def check_not_empty(typingctx, fn, what, arr):
+    return types.void(fn, what, arr), _CHECKS["not_empty"]
 
 
-@jit
-def _check_fits(fn, name, arr, stride, nelems):
-    if stride < 0:
-        _fail(_NEGATIVE_STRIDE, fn, name, "", stride, 0, 0)
-    if stride == 0:
-        _fail(_STRIDE_ZERO, fn, name, "", 0, 0, 0)
-    if nelems > 0 and (nelems - 1) * stride + 1 > arr.size:
-        _fail(_COPY_FITS, fn, name, "", arr.size, nelems, stride)
-
-
-@jit
-def check_copy(fn, dst, dst_name, dst_stride, src, src_name, src_stride, nelems):
-    _same_dtype(dst_name, dst, src_name, src)
-    if nelems < 0:
-        _fail(_NEGATIVE, fn, "nelems", "", nelems, 0, 0)
-    _check_fits(fn, name(dst_name), dst, dst_stride, nelems)   # plain strings: one compiled copy
-    _check_fits(fn, name(src_name), src, src_stride, nelems)
+@intrinsic
+def check_copy(typingctx, fn, dst, dst_name, dst_stride, src, src_name, src_stride, nelems):
+    _same_dtype_or_refuse(_literal(dst_name), dst, _literal(src_name), src)
+    return types.void(fn, dst, dst_name, dst_stride, src, src_name, src_stride, nelems), _CHECKS["copy"]
 
 
 cast_like = ptx.cast_like
 
 
-@jit
-def check_cmp(fn, cmp):
-    if cmp < _CMP_LOWEST or cmp > _CMP_HIGHEST:
-        _fail(_CMP, fn, "", "", cmp, 0, 0)
+@intrinsic
+def check_cmp(typingctx, fn, cmp):
+    return types.void(fn, cmp), _CHECKS["cmp"]
 
 
-@jit
-def check_signal(fn, signal):
-    _signal_dtype(signal)
-    if signal.size == 0:
-        _fail(_SIGNAL, fn, "signal", signal, 0, 0, 0)
+@intrinsic
+def check_signal(typingctx, fn, signal):
+    _refuse_signal_dtype(signal)
+    return types.void(fn, signal), _CHECKS["signal"]
 
 
-@jit
-def check_sig_op(fn, sig_op):
-    if sig_op != SIGNAL_SET and sig_op != SIGNAL_ADD:
-        _fail(_SIG_OP, fn, "", "", sig_op, 0, 0)
+@intrinsic
+def check_sig_op(typingctx, fn, sig_op):
+    return types.void(fn, sig_op), _CHECKS["sig_op"]
 
 
-@jit
-def check_size(fn, what, have, need, why):
-    if have != need:
-        _fail(_SIZE, fn, what, why, have, need, 0)
+@intrinsic
+def check_size(typingctx, fn, what, have, need, why):
+    return types.void(fn, what, have, need, why), _CHECKS["size"]
 
 
-@jit
-def check_root(fn, root, team_size):
-    if root < 0 or root >= team_size:
-        _fail(_ROOT, fn, "", "", root, team_size, 0)
-
-
-@jit
-def check_dtypes_match(fn, dest, src):
-    _same_dtype("dest", dest, "src", src)
-
-
-@jit
-def check_reduction(fn, op, arr):
-    _reduction_dtype(op, arr)
+@intrinsic
+def check_root(typingctx, fn, root, team_size):
+    return types.void(fn, root, team_size), _CHECKS["root"]
 
 
 def _noop(context, builder, sig, args):
@@ -536,12 +541,15 @@ def _literal(text) -> str:
     return text.literal_value if isinstance(text, types.StringLiteral) else "the arrays"
 
 
-@intrinsic
-def _same_dtype(typingctx, name_a, a, name_b, b):
+def _same_dtype_or_refuse(first: str, a, second: str, b):
     if a.dtype != b.dtype:
-        first, second = _literal(name_a), _literal(name_b)
         raise TypingError(f"pgas.device: {first} and {second} must have the same dtype, got {first} {a.dtype} "
                           f"and {second} {b.dtype}")
+
+
+@intrinsic
+def _same_dtype(typingctx, name_a, a, name_b, b):
+    _same_dtype_or_refuse(_literal(name_a), a, _literal(name_b), b)
     return types.void(name_a, a, name_b, b), _noop
 
 
@@ -559,17 +567,15 @@ def check_dtype_set(typingctx, fn, what, arr, allowed):
     return types.void(fn, what, arr, allowed), _noop
 
 
-@intrinsic
-def _signal_dtype(typingctx, signal):
+def _refuse_signal_dtype(signal):
     if str(signal.dtype) not in ("uint64", "int64"):
         raise TypingError(f"pgas.device: signal must be a uint64 (or int64) symmetric array, got {signal.dtype}")
-    return types.void(signal), _noop
 
 
 @intrinsic
 def reduce_op_code(typingctx, op, label):
     """The code of the reduction named by constant string ``op``, as a literal (so that
-    ``_reduction_dtype`` checks it against the dtype when the kernel compiles)."""
+    ``check_reduction`` checks it against the dtype when the kernel compiles)."""
     fn = _literal(label)
     if not isinstance(op, types.StringLiteral) or op.literal_value not in REDUCE_OPS:
         shown = repr(op.literal_value) if isinstance(op, types.StringLiteral) else f"a {op} that is not a constant"
@@ -582,7 +588,7 @@ def reduce_op_code(typingctx, op, label):
 
 
 @intrinsic
-def _reduction_dtype(typingctx, op, arr):
+def check_reduction(typingctx, fn, op, arr):
     """Refuse a reduction of ``arr``'s dtype that ``op`` does not take. Typed only with a
     literal op (None otherwise makes numba retype the callers with the literal code)."""
     if not isinstance(op, types.IntegerLiteral):
@@ -591,4 +597,10 @@ def _reduction_dtype(typingctx, op, arr):
         reduction_ufunc("pgas.device", REDUCE_OPS[op.literal_value], np.dtype(str(arr.dtype)))
     except PgasError as exc:
         raise TypingError(str(exc)) from None
-    return types.void(op, arr), _noop
+    return types.void(fn, op, arr), _noop
+
+
+@intrinsic
+def check_dtypes_match(typingctx, fn, dest, src):
+    _same_dtype_or_refuse("dest", dest, "src", src)
+    return types.void(fn, dest, src), _noop

@@ -1,6 +1,6 @@
 """Helpers of the cuda primitive layer built in place as LLVM IR (numba intrinsic codegen):
 the copy behind every put and get, the fold behind every reduction, the comparison of
-every wait.
+every wait, and the value checks of the device functions.
 
 A helper written in Python costs numba a whole compilation pipeline per signature (its
 loops, slices and integer promotions typed and lowered), about 0.1 s for the copy below;
@@ -13,10 +13,12 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import TypingError
 
-from .._constants import CMP_NAMES
+from .._constants import CMP_NAMES, SIGNAL_ADD, SIGNAL_SET
+from .._device_errors import KIND
 from ._codes import reduce_code
 
-__all__ = ["copy_strided_type", "copy_strided_codegen", "FOLD_COPY", "fold_type", "fold_codegen", "compare_codegen"]
+__all__ = ["copy_strided_type", "copy_strided_codegen", "FOLD_COPY", "fold_type", "fold_codegen", "compare_codegen",
+           "check_codegens"]
 
 _I64 = ir.IntType(64)
 _VECTOR = 16   # bytes moved by one vector load and store
@@ -143,3 +145,90 @@ def compare_codegen(context, builder, sig, args):
             holds = builder.icmp_unsigned(operator, left, right)
         result = builder.select(builder.icmp_signed("==", code, _I64(number)), holds, result)
     return result
+
+
+# Value checks ---------------------------------------------------------------------------
+# What only the values decide (sizes, strides, a root, cmp, sig_op). Each failure is handed
+# to ``fail(context, builder, kind, texts, numbers)``, the backend's recorder (on a GPU it
+# writes the error record and traps): ``kind`` a KIND code, ``texts`` fn, what and why as
+# (numba type, value) pairs or (plain string, None), ``numbers`` a, b and c as int64 values.
+# The conditions and fields are the simulator's (``device/_sim.py``, ``_checks.py``), so the
+# host raises the same text on both backends.
+
+def _int64(context, builder, sig, args, k):
+    return context.cast(builder, args[k], sig.args[k], types.int64)
+
+
+def _text(sig, args, k):
+    return sig.args[k], args[k]
+
+
+_NO_TEXT = ("", None)
+
+
+def check_codegens(fail) -> dict:
+    """name -> the codegen of that check (its arguments as the primitive layer's), with
+    failures handed to ``fail``."""
+    zero = _I64(0)
+
+    def when(context, builder, failed, kind, texts, numbers):
+        with cgutils.if_unlikely(builder, failed):
+            fail(context, builder, KIND[kind], texts, numbers)
+
+    def size(context, builder, sig, args):                 # (fn, what, have, need, why)
+        have, need = _int64(context, builder, sig, args, 2), _int64(context, builder, sig, args, 3)
+        when(context, builder, builder.icmp_signed("!=", have, need), "SIZE",
+             [_text(sig, args, 0), _text(sig, args, 1), _text(sig, args, 4)], [have, need, zero])
+        return context.get_dummy_value()
+
+    def root(context, builder, sig, args):                 # (fn, root, team_size)
+        value, members = _int64(context, builder, sig, args, 1), _int64(context, builder, sig, args, 2)
+        failed = builder.or_(builder.icmp_signed("<", value, zero), builder.icmp_signed(">=", value, members))
+        when(context, builder, failed, "ROOT", [_text(sig, args, 0), _NO_TEXT, _NO_TEXT], [value, members, zero])
+        return context.get_dummy_value()
+
+    def cmp(context, builder, sig, args):                  # (fn, cmp)
+        value = _int64(context, builder, sig, args, 1)
+        failed = builder.or_(builder.icmp_signed("<", value, _I64(min(CMP_NAMES))),
+                             builder.icmp_signed(">", value, _I64(max(CMP_NAMES))))
+        when(context, builder, failed, "CMP", [_text(sig, args, 0), _NO_TEXT, _NO_TEXT], [value, zero, zero])
+        return context.get_dummy_value()
+
+    def sig_op(context, builder, sig, args):               # (fn, sig_op)
+        value = _int64(context, builder, sig, args, 1)
+        failed = builder.and_(builder.icmp_signed("!=", value, _I64(SIGNAL_SET)),
+                              builder.icmp_signed("!=", value, _I64(SIGNAL_ADD)))
+        when(context, builder, failed, "SIG_OP", [_text(sig, args, 0), _NO_TEXT, _NO_TEXT], [value, zero, zero])
+        return context.get_dummy_value()
+
+    def not_empty(context, builder, sig, args):            # (fn, what, arr)
+        count = context.make_array(sig.args[2])(context, builder, value=args[2]).nitems
+        when(context, builder, builder.icmp_signed("==", count, zero), "NOT_EMPTY",
+             [_text(sig, args, 0), _text(sig, args, 1), _NO_TEXT], [zero, zero, zero])
+        return context.get_dummy_value()
+
+    def signal(context, builder, sig, args):               # (fn, signal): why is the signal's dtype
+        count = context.make_array(sig.args[1])(context, builder, value=args[1]).nitems
+        when(context, builder, builder.icmp_signed("==", count, zero), "SIGNAL",
+             [_text(sig, args, 0), ("signal", None), _text(sig, args, 1)], [zero, zero, zero])
+        return context.get_dummy_value()
+
+    def copy(context, builder, sig, args):   # (fn, dst, dst_name, dst_stride, src, src_name, src_stride, nelems)
+        fn = _text(sig, args, 0)
+        nelems = _int64(context, builder, sig, args, 7)
+        when(context, builder, builder.icmp_signed("<", nelems, zero), "NEGATIVE", [fn, ("nelems", None), _NO_TEXT],
+             [nelems, zero, zero])
+        for array, name, stride in ((1, 2, 3), (4, 5, 6)):
+            name, stride = _text(sig, args, name), _int64(context, builder, sig, args, stride)
+            when(context, builder, builder.icmp_signed("<", stride, zero), "NEGATIVE_STRIDE", [fn, name, _NO_TEXT],
+                 [stride, zero, zero])
+            when(context, builder, builder.icmp_signed("==", stride, zero), "STRIDE_ZERO", [fn, name, _NO_TEXT],
+                 [zero, zero, zero])
+            count = context.make_array(sig.args[array])(context, builder, value=args[array]).nitems
+            reach = builder.add(builder.mul(builder.sub(nelems, _I64(1)), stride), _I64(1))
+            failed = builder.and_(builder.icmp_signed(">", nelems, zero), builder.icmp_signed(">", reach, count))
+            when(context, builder, failed, "COPY_FITS", [fn, name, _NO_TEXT], [count, nelems, stride])
+        return context.get_dummy_value()
+
+    return {"size": size, "root": root, "cmp": cmp, "sig_op": sig_op, "not_empty": not_empty, "signal": signal,
+            "copy": copy}

@@ -28,7 +28,7 @@ from .._errors import PgasError
 from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
 
 __all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "view_at", "array_at",
-           "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "cast_like", "warp_mask",
+           "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "cast_like",
            "globaltimer", "read_globaltimer", "string_argument", "word_argument", "call_record_error"]
 
 _I64 = ir.IntType(64)
@@ -254,16 +254,6 @@ def atomic_cas(typingctx, address, like, cond, value):
 
 # Threads, time, errors ------------------------------------------------------------------
 
-@intrinsic
-def warp_mask(typingctx, size):
-    """The mask of a warp's first ``size`` lanes (the threads a partial last warp has)."""
-    def codegen(context, builder, sig, args):
-        i32 = ir.IntType(32)
-        missing = builder.sub(ir.Constant(i32, 32), builder.trunc(args[0], i32) if args[0].type != i32 else args[0])
-        return builder.lshr(ir.Constant(i32, 0xFFFFFFFF), missing)
-    return types.uint32(size), codegen
-
-
 def read_globaltimer(builder):
     """The GPU's nanosecond clock (an int64 value)."""
     return inline_asm(builder, "mov.u64 $0, %globaltimer;", "=l", _I64, [])
@@ -278,11 +268,14 @@ def globaltimer(typingctx):
 
 def string_argument(context, builder, typ, value):
     """(address, int64 length) of an error record's text: a runtime string, a string literal,
-    or an array (its dtype's name)."""
+    an array (its dtype's name), or a plain Python string as ``typ``."""
     if isinstance(typ, types.UnicodeType):
         string = context.make_helper(builder, typ, value=value)
         return [string.data, context.cast(builder, string.length, types.intp, types.int64)]
-    text = typ.literal_value if isinstance(typ, types.StringLiteral) else str(typ.dtype)
+    if isinstance(typ, str):
+        text = typ
+    else:
+        text = typ.literal_value if isinstance(typ, types.StringLiteral) else str(typ.dtype)
     encoded = text.encode()
     return [context.insert_string_const_addrspace(builder, text), ir.Constant(_I64, len(encoded))]
 
