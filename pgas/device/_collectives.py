@@ -21,19 +21,9 @@ from ._sync import _grouped_sync
 __all__: list[str] = []   # filled below, one entry per generated function
 
 
-@_p.jit_array
-def _arrays(fn, team, dest, src):
-    """The local arrays of a collective's arguments, checked (and its team)."""
-    _p.check_team(fn, team)
-    d = _p.local(dest, fn, "dest")
-    s = _p.local(src, fn, "src")
-    _p.check_dtypes_match(fn, d, s)
-    return d, s
-
-
 @_p.jit
 def _broadcast(fn, scope, team, dest, src, root):
-    d, s = _arrays(fn, team, dest, src)
+    d, s = _p.team_arrays(fn, team, dest, src)
     _p.check_size(fn, "dest", d.size, s.size, "dest and src must have the same size")
     _p.check_root(fn, root, _p.team_size(team, fn))
     rank, size = _p.group_rank_and_size(scope, fn)
@@ -47,7 +37,7 @@ def _broadcast(fn, scope, team, dest, src, root):
 
 @_p.jit
 def _fcollect(fn, scope, team, dest, src):
-    d, s = _arrays(fn, team, dest, src)
+    d, s = _p.team_arrays(fn, team, dest, src)
     m = s.size
     n = _p.team_size(team, fn)
     _p.check_size(fn, "dest", d.size, n * m, "dest must hold team size x src.size elements")
@@ -60,7 +50,7 @@ def _fcollect(fn, scope, team, dest, src):
 
 @_p.jit
 def _alltoall(fn, scope, team, dest, src):
-    d, s = _arrays(fn, team, dest, src)
+    d, s = _p.team_arrays(fn, team, dest, src)
     n = _p.team_size(team, fn)
     _p.check_size(fn, "dest", d.size, s.size, "dest and src must have the same size")
     m = s.size // n
@@ -77,7 +67,7 @@ def _alltoall(fn, scope, team, dest, src):
 @_p.jit
 def _reducescatter(fn, scope, team, dest, src, op):
     """Member i reduces block i of every member's ``src`` into its ``dest``."""
-    d, s = _arrays(fn, team, dest, src)
+    d, s = _p.team_arrays(fn, team, dest, src)
     _p.check_reduction(fn, op, d)
     m = d.size
     _p.check_size(fn, "src", s.size, _p.team_size(team, fn) * m, "src must hold team size x dest.size elements")
@@ -94,7 +84,7 @@ def _reduce(fn, scope, team, dest, src, op):
     sync every member copies the other finished blocks from their owners' ``dest``. Each
     member writes only its own block before the middle sync, and only others' blocks
     after it, so ``dest`` may be ``src``."""
-    d, s = _arrays(fn, team, dest, src)
+    d, s = _p.team_arrays(fn, team, dest, src)
     _p.check_reduction(fn, op, d)
     _p.check_size(fn, "dest", d.size, s.size, "dest and src must have the same size")
     n = _p.team_size(team, fn)

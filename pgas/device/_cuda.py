@@ -164,20 +164,38 @@ def team_pe(typingctx, team, rank, fn):
     return types.int64(team, rank, fn), codegen
 
 
+def _check_team(context, builder, fn_type, fn, team_type, team):
+    """``team`` must be a live slot (checked once per call that takes a team)."""
+    i64 = ir.IntType(64)
+    slot = context.cast(builder, team, team_type, types.int64)
+    in_range = builder.and_(builder.icmp_signed(">=", slot, i64(0)), builder.icmp_signed("<", slot, i64(MAX_TEAMS)))
+    size = _team_word(context, builder, types.int64, builder.select(in_range, slot, i64(0)), i64(0))
+    failed = builder.or_(builder.not_(in_range), builder.icmp_signed("==", size, i64(0)))   # size 0: a free slot
+    with cgutils.if_unlikely(builder, failed):
+        _record_failure(context, builder, _TEAM, [(fn_type, fn), ("team", None), ("", None)],
+                        [slot, _load_state(builder, i64(_MY_PE)), i64(0)])
+
+
 @intrinsic
 def check_team(typingctx, fn, team):
-    """``team`` must be a live slot (checked once per call that takes a team)."""
     def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        slot = context.cast(builder, args[1], sig.args[1], types.int64)
-        in_range = builder.and_(builder.icmp_signed(">=", slot, i64(0)), builder.icmp_signed("<", slot, i64(MAX_TEAMS)))
-        size = _team_word(context, builder, types.int64, builder.select(in_range, slot, i64(0)), i64(0))
-        failed = builder.or_(builder.not_(in_range), builder.icmp_signed("==", size, i64(0)))   # size 0: a free slot
-        with cgutils.if_unlikely(builder, failed):
-            _record_failure(context, builder, _TEAM, [(sig.args[0], args[0]), ("team", None), ("", None)],
-                            [slot, _load_state(builder, i64(_MY_PE)), i64(0)])
+        _check_team(context, builder, sig.args[0], args[0], sig.args[1], args[1])
         return context.get_dummy_value()
     return types.void(fn, team), codegen
+
+
+@intrinsic
+def team_arrays(typingctx, fn, team, dest, src):
+    """A collective's arguments checked (``team`` live, equal dtypes) and its arrays as
+    1-D C views: one intrinsic, no helper to compile or inline."""
+    _same_dtype_or_refuse("dest", dest, "src", src)
+    result = types.UniTuple(types.Array(dest.dtype, 1, "C"), 2)
+
+    def codegen(context, builder, sig, args):
+        _check_team(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        views = [ptx.flat_codegen(context, builder, sig.args[k], args[k]) for k in (2, 3)]
+        return context.make_tuple(builder, result, views)
+    return result(fn, team, dest, src), codegen
 
 
 @jit

@@ -27,7 +27,7 @@ from .._device_errors import FN_BYTES, TEXT_WORD, WHAT_BYTES, WHY_BYTES
 from .._errors import PgasError
 from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
 
-__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "view_at", "array_at",
+__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "flat_codegen", "view_at", "array_at",
            "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "cast_like",
            "globaltimer", "read_globaltimer", "string_argument", "word_argument", "call_record_error"]
 
@@ -118,9 +118,15 @@ def flat_or_none(typingctx, arr, fn, what):
     result = types.Array(arr.dtype, 1, "C")
 
     def codegen(context, builder, sig, args):
-        source = context.make_array(sig.args[0])(context, builder, value=args[0])
-        return array_at(context, builder, result, builder.ptrtoint(source.data, _I64), source.nitems)
+        return flat_codegen(context, builder, sig.args[0], args[0])
     return result(arr, fn, what), codegen
+
+
+def flat_codegen(context, builder, array_type, array):
+    """``array`` (of ``array_type``) as a 1-D C array of its elements, in place."""
+    source = context.make_array(array_type)(context, builder, value=array)
+    result = types.Array(array_type.dtype, 1, "C")
+    return array_at(context, builder, result, builder.ptrtoint(source.data, _I64), source.nitems)
 
 
 @intrinsic

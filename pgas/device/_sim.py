@@ -153,6 +153,15 @@ def plain_or_none(arr, fn: str, what: str) -> np.ndarray | None:
     return None if arr is None else plain(arr, fn, what)
 
 
+def team_arrays(fn: str, team, dest, src) -> tuple:
+    """A collective's arguments checked: ``team`` live, ``dest`` and ``src`` this PE's
+    symmetric arrays (flat) of one dtype."""
+    check_team(fn, team)
+    d, s = local(dest, fn, "dest"), local(src, fn, "src")
+    check_dtypes_match(fn, d, s)
+    return d, s
+
+
 def part(arr: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """``arr[lo:hi]`` (a view)."""
     return arr[lo:hi]
