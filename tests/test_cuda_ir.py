@@ -67,11 +67,11 @@ def test_copy_strided_matches_numpy_at_every_alignment_stride_and_group_size(dty
     itemsize = np.dtype(dtype).itemsize
     rng = random.Random(itemsize)
     cases = [(dst_off, src_off, stride, nelems, size)
-             for dst_off, src_off in itertools.product(range(0, 32, itemsize), repeat=2)
+             for dst_off, src_off in itertools.product(range(0, 32, min(itemsize, 2)), repeat=2)   # aligned or not
              for stride, nelems, size in ((1, 0, 1), (1, 1, 1), (1, 37, 1), (1, 64, 3), (1, 200, 32),
                                           (2, 23, 1), (3, 40, 5))]
     rng.shuffle(cases)
-    for dst_off, src_off, stride, nelems, size in cases[:120]:
+    for dst_off, src_off, stride, nelems, size in cases[:200]:
         src_count = dst_count = max(1, (nelems - 1) * stride + 1)
         src = _at_byte_offset(_aligned_bytes(src_off + src_count * itemsize + 64), src_off, dtype, src_count)
         src[...] = (np.arange(src_count) % 7 + 1).astype(dtype)

@@ -128,6 +128,13 @@ def test_narrow_and_bool_reductions_compile_and_float_bitwise_ones_are_refused(r
     assert "op 'xor' needs an integer or bool dtype, got float32" in report["float_xor_reduce"]
 
 
+def test_float16_reductions_compile_and_a_float16_test_is_refused(report):
+    for name in ("sum_reduce", "prod_reduce", "min_reduce", "max_reduce_block"):
+        assert f"{name}[float16]" in report["compiled"], report["failed"].get(f"{name}[float16]")
+    assert ("pgas.device: ivar must have one of the dtypes int32, uint32, int64, uint64, float32, float64, got "
+            "float16") in report["float16_test"]
+
+
 def test_reductions_named_by_a_constant_string_compile_and_are_checked(report):
     """nvshmem4py's ``reduce(team, dest, src, "max")``: the string picks the op when the
     kernel compiles; an op the dtype does not take, or an unknown one, is refused then."""

@@ -1,4 +1,4 @@
-"""Single-process units: the allocator and the environment parser."""
+"""Single-process units: the allocator, the environment parser, the compiled fold."""
 import random
 
 import pytest
@@ -75,3 +75,33 @@ def test_state_address_setting(monkeypatch):
         monkeypatch.setenv("PGAS_STATE_ADDRESS", bad)
         with pytest.raises(PgasValueError, match=rf"PGAS_STATE_ADDRESS='{bad}' is not valid"):
             setting("PGAS_STATE_ADDRESS")
+
+
+def test_compiled_fold_gives_numpys_bits_for_every_dtype_and_op():
+    """The eager all-reduce's compiled combine step (``host/_fold_code.py``) against
+    ``reduce_into`` (numpy's ufuncs): integers wrap, bool ops are logical, NaN propagates."""
+    import numpy as np
+
+    from pgas._reductions import OPS, REDUCTION_DTYPES, ops_for, reduce_into
+    from pgas.host._fold_code import compiled_fold
+
+    rng = np.random.default_rng(5)
+    assert compiled_fold(np.dtype(np.float16), "sum") is None     # left to numpy
+    for dtype in (d for d in REDUCTION_DTYPES if d != np.float16):
+        for op in ops_for(dtype):
+            for n, count in ((1, 3), (2, 1), (4, 37), (5, 64)):
+                if dtype == np.bool_:
+                    buffers = [rng.integers(0, 2, count).astype(bool) for _ in range(n)]
+                elif dtype.kind == "f":
+                    buffers = [rng.normal(0, 100, count).astype(dtype) for _ in range(n)]
+                    for buffer in buffers:
+                        buffer[rng.integers(0, count, 2)] = np.nan
+                else:
+                    info = np.iinfo(dtype)
+                    buffers = [rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True) for _ in range(n)]
+                expected, out = np.empty(count, dtype), np.empty(count, dtype)
+                with np.errstate(all="ignore"):
+                    reduce_into(expected, buffers, OPS[op])
+                addresses = np.array([b.ctypes.data for b in buffers], np.uint64)
+                compiled_fold(dtype, op)(out.ctypes.data, addresses.ctypes.data, n, count)
+                assert out.tobytes() == expected.tobytes(), (dtype, op, n, count)

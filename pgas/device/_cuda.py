@@ -31,6 +31,7 @@ from numba.cuda import cgutils, nvvmutils
 from numba.cuda.extending import intrinsic
 
 from .._constants import MAX_TEAMS
+from .._cpu_atomics import ORDERED_DTYPES
 from .._device_errors import BARRIER_TIMEOUT, KIND, SET_TIMEOUT, TIMEOUT
 from .._env import setting
 from .._errors import PgasError
@@ -350,9 +351,18 @@ def _acquire_at(context, builder, array_type, array, index):
     return ptx.load_codegen(context, builder, "acquire", array_type.dtype, address)
 
 
+def _refuse_unordered(arr, what: str):
+    """What a wait or test polls must be a type the GPU loads with acquire (the simulator's rule)."""
+    names = [str(d) for d in ORDERED_DTYPES]
+    if str(arr.dtype) not in names:
+        raise TypingError(f"pgas.device: {what} must have one of the dtypes {', '.join(names)}, got {arr.dtype}")
+
+
 @intrinsic
 def load_acquire(typingctx, arr, fn, what):
     """Element 0 of ``arr``, loaded with acquire ordering."""
+    _refuse_unordered(arr, _literal(what))
+
     def codegen(context, builder, sig, args):
         return _acquire_at(context, builder, sig.args[0], args[0], ir.IntType(64)(0))
     return arr.dtype(arr, fn, what), codegen
@@ -361,6 +371,7 @@ def load_acquire(typingctx, arr, fn, what):
 @intrinsic
 def _element_acquire(typingctx, arr, index):
     """``arr[index]``, loaded with acquire ordering (no slice to type and build)."""
+    _refuse_unordered(arr, "an ivar")
     def codegen(context, builder, sig, args):
         return _acquire_at(context, builder, sig.args[0], args[0],
                            context.cast(builder, args[1], sig.args[1], types.int64))

@@ -17,7 +17,7 @@ from .._constants import CMP_NAMES, SIGNAL_ADD, SIGNAL_SET
 from .._device_errors import KIND
 from ._codes import reduce_code
 
-__all__ = ["copy_strided_type", "copy_strided_codegen", "FOLD_COPY", "fold_type", "fold_codegen", "compare_codegen",
+__all__ = ["copy_strided_type", "copy_strided_codegen", "FOLD_COPY", "fold_type", "fold_codegen", "combine", "compare_codegen",
            "check_codegens"]
 
 _I64 = ir.IntType(64)
@@ -58,7 +58,10 @@ def copy_strided_codegen(context, builder, sig, args):
     to, frm = builder.ptrtoint(dst, _I64), builder.ptrtoint(src, _I64)
     contiguous = builder.and_(builder.icmp_signed("==", dst_stride, one), builder.icmp_signed("==", src_stride, one))
     same_phase = builder.icmp_signed("==", builder.and_(builder.sub(to, frm), _I64(_VECTOR - 1)), _I64(0))
-    with builder.if_else(builder.and_(contiguous, same_phase)) as (vectors, elements):
+    # elements on their own alignment (a byte view may place them anywhere): else the head
+    # would not end on a 16-byte boundary
+    aligned = builder.icmp_signed("==", builder.and_(to, _I64(itemsize - 1)), _I64(0))
+    with builder.if_else(builder.and_(builder.and_(contiguous, same_phase), aligned)) as (vectors, elements):
         with vectors:
             # elements before dst's first 16-byte boundary, then whole 16-byte chunks, then the rest
             lead = builder.udiv(builder.and_(builder.sub(sixteen, builder.and_(to, _I64(_VECTOR - 1))),
@@ -89,10 +92,12 @@ def fold_type(op, dst, dst_lo, src, src_lo, count, rank, size):
     return types.void(op, dst, dst_lo, src, src_lo, count, rank, size)
 
 
-def _combine(builder, op: int, dtype, a, b):
+def combine(builder, op: int, dtype, a, b):
     """a ``op`` b in the element type, as numpy's ufunc with ``out=`` of that type computes it:
     integers wrap; on bool sum is or, prod and, min and, max or; a float min or max is NaN
     where either operand is NaN (``np.minimum``/``np.maximum``)."""
+    if isinstance(dtype, types.Float) and isinstance(a.type, ir.IntType):
+        return _combine_float16_bits(builder, op, a, b)
     if isinstance(dtype, types.Float):
         if op in (_SUM, _PROD):
             return builder.fadd(a, b) if op == _SUM else builder.fmul(a, b)
@@ -104,6 +109,23 @@ def _combine(builder, op: int, dtype, a, b):
         compare = builder.icmp_signed if dtype.signed else builder.icmp_unsigned
         return builder.select(compare("<" if op == _MIN else ">", a, b), a, b)
     return {_SUM: builder.add, _PROD: builder.mul, _AND: builder.and_, _OR: builder.or_, _XOR: builder.xor}[op](a, b)
+
+
+def _combine_float16_bits(builder, op: int, a, b):
+    """float16 as numba-cuda holds it, its 16 bits: combined in float32 (PTX's ``cvt``), the
+    sum or product rounded once to float16, which is exact rounding (float32 has more than
+    twice float16's precision) and what numpy computes; min/max keep an operand's bits."""
+    def widen(bits):
+        fnty = ir.FunctionType(ir.FloatType(), [ir.IntType(16)])
+        return builder.call(ir.InlineAsm(fnty, "cvt.f32.f16 $0, $1;", "=f,h"), [bits])
+    wide_a, wide_b = widen(a), widen(b)
+    if op in (_MIN, _MAX):
+        keep_a = builder.or_(builder.fcmp_ordered("<" if op == _MIN else ">", wide_a, wide_b),
+                             builder.fcmp_unordered("uno", wide_a, wide_a))
+        return builder.select(keep_a, a, b)
+    wide = builder.fadd(wide_a, wide_b) if op == _SUM else builder.fmul(wide_a, wide_b)
+    fnty = ir.FunctionType(ir.IntType(16), [ir.FloatType()])
+    return builder.call(ir.InlineAsm(fnty, "cvt.rn.f16.f32 $0, $1;", "=h,f"), [wide])
 
 
 def fold_codegen(context, builder, sig, args):
@@ -120,7 +142,7 @@ def fold_codegen(context, builder, sig, args):
         target = builder.gep(dst, [builder.add(dst_lo, i)])
         value = builder.load(builder.gep(src, [builder.add(src_lo, i)]))
         if op != FOLD_COPY:
-            value = _combine(builder, op, dtype, builder.load(target), value)
+            value = combine(builder, op, dtype, builder.load(target), value)
         builder.store(value, target)
     return context.get_dummy_value()
 

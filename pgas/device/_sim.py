@@ -274,8 +274,10 @@ def atomic_compare_swap(arr: np.ndarray, cond, value, fn: str, what: str):
 
 
 def wait_for_value(fn: str, word: np.ndarray, what: str, cmp, value):
-    """Poll local ``word[0]`` (acquire) until ``word[0] <cmp> value``; returns the value seen."""
-    return _wait_for_value(fn, lambda: load_acquire(word, fn, what), what, cmp, value, runtime(fn).timeout)
+    """Poll local ``word[0]`` (acquire) until ``word[0] <cmp> value`` (``value`` in the word's
+    dtype, as on a GPU); returns the value seen."""
+    target = cast_like(word[0], value)
+    return _wait_for_value(fn, lambda: load_acquire(word, fn, what), what, cmp, target, runtime(fn).timeout)
 
 
 def wait_for_arrivals(fn: str, team, words: np.ndarray, epoch) -> None:

@@ -9,7 +9,8 @@ Guarantees, as in NVSHMEM:
   the load/store path every store is issued at the call, so quiet only orders memory
   (it never waits, hence never times out).
 - ``wait_until(ivar, cmp, value)``: returns once the local ``ivar[0]`` satisfies
-  ``ivar[0] <cmp> value``; later loads see every store that happened before the store that
+  ``ivar[0] <cmp> value``, ``value`` taken in the ivar's dtype (as NVSHMEM's typed
+  ``cmp_value``; ``test`` alike); later loads see every store that happened before the store that
   satisfied it (acquire). Fails after PGAS_TIMEOUT naming what it waited for.
 - ``barrier(team)``: ``quiet``, then wait until every member of ``team`` has arrived.
   ``sync(team)``: the arrival wait only. ``barrier_all`` / ``sync_all`` are those over
@@ -39,7 +40,8 @@ def test(ivar, cmp, value):
     """test(ivar, cmp, value) -> bool: does the local ``ivar[0] <cmp> value`` hold now?"""
     fn = _p.name("pgas.device.test")
     _p.check_cmp(fn, cmp)
-    return _p.compare(_p.load_acquire(_p.local(ivar, fn, "ivar"), fn, "ivar"), cmp, value)
+    seen = _p.load_acquire(_p.local(ivar, fn, "ivar"), fn, "ivar")
+    return _p.compare(seen, cmp, _p.cast_like(seen, value))   # in the ivar's type, as wait_until
 
 
 def wait_until(ivar, cmp, value):

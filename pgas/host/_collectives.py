@@ -382,7 +382,7 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
                 f"{call.fn}: algorithm='eager' needs every team member's heap mapped here (one node) and at "
                 f"most {_eager.capacity(call.rt, call.slot)} bytes per member; got {d.nbytes} bytes on a team "
                 f"of PEs {list(call.team.pes)}")
-        call.keep(key, _eager.runner(call, "reduce", ufunc))
+        call.keep(key, _eager.runner(call, "reduce", op))
     elif call.n == 1:
         call.keep(key, call.general(lambda: None if in_place else np.copyto(d, s)))
     else:

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._reductions import reduce_into
+from .._reductions import OPS, reduce_into
 from .._waiting import Wait
+from ._fold_code import compiled_fold
 from ._runtime import EAGER_BYTES, EAGER_FIRST, EAGER_REGIONS
 
 __all__ = ["EAGER_WORD", "capacity", "usable", "runner"]
@@ -28,6 +29,7 @@ __all__ = ["EAGER_WORD", "capacity", "usable", "runner"]
 EAGER_WORD = 7                  # the column of Runtime.collective_words these calls count in
 _SPIN_S = 1e-3                  # waits yield the core this long before sleeping
 _POLLS = 20                     # loads (0.1 us each) before a wait yields, on a machine with a core per PE
+COMPILE_AFTER = 32              # calls of one kept all-reduce before it folds with compiled code
 
 
 def capacity(rt, slot: int) -> int:
@@ -50,10 +52,24 @@ def _staging(rt, team) -> list:
     return rt.eager_staging[team.handle]
 
 
+def _compiled_runner(fold, d, regions, contribute, gather):
+    """An eager all-reduce's body that folds with compiled code (``_fold_code``): one call
+    with the addresses of ``d`` and of the call's staging buffers."""
+    keep = [np.array([buffer.ctypes.data for buffer in buffers], np.uint64) for buffers in regions]
+    sources = [addresses.ctypes.data for addresses in keep]
+    out, n, count = d.ctypes.data, len(regions[0]), d.size
+
+    def run(keep=keep):   # (the default holds the address arrays as long as the body lives)
+        number, _ = contribute()
+        gather(number)
+        fold(out, sources[number % EAGER_REGIONS], n, count)
+    return run
+
+
 def runner(call, kind: str, extra):
     """The body of eager collective ``kind`` (reduce, fcollect, broadcast) on the checked
     arrays of ``call`` (``_collectives._Call``), with everything bound that a repeated call
-    needs (each lookup saved counts at these sizes). ``extra``: the ufunc of a reduce, the
+    needs (each lookup saved counts at these sizes). ``extra``: the op of a reduce (its name), the
     root rank of a broadcast."""
     fn, rt, team, d, s = call.fn, call.rt, call.team, call.d, call.s
     word_loads, word_stores = call.accessors()
@@ -94,16 +110,29 @@ def runner(call, kind: str, extra):
                 wait(rank, load, number, "to publish its contribution")
         state[1] = number
 
-    if kind == "reduce" and team.size == 2:
+    if kind == "reduce":
+        ufunc = OPS[extra]
+        # the first calls fold with numpy; a call repeated COMPILE_AFTER times, with compiled code
+        fold = [None, COMPILE_AFTER, compiled_fold if d.flags.c_contiguous else None]
+
+        def numpy_fold(buffers):
+            if team.size == 2:
+                ufunc(buffers[0], buffers[1], out=d)     # reduce_into's one step, without its call
+            else:
+                reduce_into(d, buffers, ufunc)
+            fold[1] -= 1
+            if fold[1] == 0 and fold[2] is not None:
+                compiled = fold[2](s.dtype, extra)
+                if compiled is not None:
+                    fold[0] = _compiled_runner(compiled, d, regions, contribute, gather)
+
         def run():
-            number, (first, second) = contribute()
-            gather(number)
-            extra(first, second, out=d)     # reduce_into's one step, without its call
-    elif kind == "reduce":
-        def run():
+            if fold[0] is not None:
+                fold[0]()
+                return
             number, buffers = contribute()
             gather(number)
-            reduce_into(d, buffers, extra)
+            numpy_fold(buffers)
     elif kind == "fcollect":
         blocks = [d[r * s.size:(r + 1) * s.size] for r in range(team.size)]
         copies = [list(zip(blocks, buffers)) for buffers in regions]

@@ -23,6 +23,7 @@ ARRAY_PARAMS = {"dest", "src", "ivar", "signal", "arr", "ivars", "status", "indi
 FLOAT_OK = {"atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap", "atomic_add", "atomic_fetch_add",
             "p", "g", "put", "get",
             "sum_reduce", "max_reduce", "sum_reducescatter", "broadcast", "fcollect", "alltoall"}
+FLOAT16_OK = {"sum_reduce", "prod_reduce", "min_reduce", "max_reduce_block"}   # float16 held as bits by numba-cuda
 WAITS = ["wait_until", "signal_wait_until", "barrier_all", "sync_all", "barrier", "sync_block"]
 
 
@@ -216,10 +217,18 @@ def device_jobs() -> list:
             jobs += [(name, types.float32), (name, types.float64)]
         if name.startswith("atomic_"):
             jobs += [(name, types.int32), (name, types.uint32), (name, types.uint64)]
+        if name in FLOAT16_OK:
+            jobs.append((name, types.float16))
     return jobs
 
 
-REFUSED = (("float_xor_reduce", float_xor_reduce, (types.int64, types.float32[::1], types.float32[::1])),
+def float16_test(ivar, out):
+    """Refused when it compiles: a test polls int32, uint32, int64, uint64, float32 or float64."""
+    out[0] = dev.test(ivar, dev.CMP_EQ, 1)
+
+
+REFUSED = (("float16_test", float16_test, (types.float16[::1], types.boolean[::1])),
+           ("float_xor_reduce", float_xor_reduce, (types.int64, types.float32[::1], types.float32[::1])),
            ("named_float_xor", named_float_xor, (types.int64, types.float32[::1], types.float32[::1])),
            ("named_unknown_op", named_unknown_op, (types.int64, types.float32[::1], types.float32[::1])),
            ("float_atomic_and", float_atomic_and, (types.float32[::1], types.int32)))

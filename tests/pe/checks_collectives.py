@@ -4,6 +4,7 @@ import pytest
 
 import pgas
 from _util import on_simulator, pattern
+from pgas._reductions import OPS as UFUNCS
 
 DTYPES = [np.int32, np.int64, np.uint32, np.uint64, np.float16, np.float32, np.float64]
 NARROW_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.bool_]   # values over their whole range
@@ -238,6 +239,41 @@ def check_repeated_calls_on_the_same_arrays_see_new_data():
             pgas.broadcast(world, dest, dest, 0)
             assert np.all(dest.copy_to_host() == step), (count, step)
         for a in (gathered, dest, src):
+            pgas.free(a)
+
+
+def check_a_repeated_eager_all_reduce_folds_with_compiled_code_and_numpys_results():
+    """After COMPILE_AFTER calls a kept eager all-reduce folds with compiled code
+    (``host/_fold_code.py``): the results stay numpy's, bit for bit, as the data change,
+    in place and not, for floats with NaN, wrapping integers and bool."""
+    from pgas.host._eager import COMPILE_AFTER
+    me, n = pgas.my_pe(), pgas.n_pes()
+    world = pgas.TEAM_WORLD
+    for dtype, op, count in ((np.float32, "sum", 5), (np.float64, "min", 3), (np.int8, "prod", 7),
+                             (np.uint16, "xor", 2), (np.bool_, "max", 4)):
+        src, dest = pgas.empty(count, dtype), pgas.empty(count, dtype)
+
+        def values(pe, step):
+            rng = np.random.default_rng(1000 * step + pe)
+            if dtype == np.bool_:
+                return rng.integers(0, 2, count).astype(bool)
+            if np.dtype(dtype).kind == "f":
+                data = rng.normal(0, 10, count).astype(dtype)
+                if step % 5 == 0:
+                    data[step % count] = np.nan
+                return data
+            return rng.integers(0, 100, count).astype(dtype)
+
+        for step in range(COMPILE_AFTER + 6):
+            src.copy_to_device(values(me, step))
+            want = values(0, step)
+            with np.errstate(all="ignore"):
+                for pe in range(1, n):
+                    want = UFUNCS[op](want, values(pe, step), out=want)
+            target = src if step % 2 else dest            # two kept calls: in place and not
+            pgas.reduce(world, target, src, op=op)
+            assert target.copy_to_host().tobytes() == want.tobytes(), (dtype, op, step)
+        for a in (dest, src):
             pgas.free(a)
 
 
