@@ -23,6 +23,7 @@ _ffi = FFI()
 _SIGNATURE = "void(*)(uint64_t, uint64_t, int64_t, int64_t)"   # (out, sources, n, count)
 _folds: dict = {}          # (dtype, op) -> the cffi function
 _engine = None             # llvmlite's MCJIT engine (owns every compiled module)
+_machine = None            # its target machine: this CPU, with its vector extensions
 _compiling = threading.Lock()
 
 
@@ -70,7 +71,7 @@ def _module_text(name: str, dtype: np.dtype, op: str) -> str:
 
 
 def _compile(dtype: np.dtype, op: str):
-    global _engine
+    global _engine, _machine
     import llvmlite.binding as llvm
 
     name = f"fold_{op}_{dtype.name}"
@@ -79,7 +80,15 @@ def _compile(dtype: np.dtype, op: str):
     if _engine is None:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        _engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine())
+        _machine = llvm.Target.from_default_triple().create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3)
+    # optimized as -O3 would (the loops vectorized: numpy's ufuncs are SIMD, so must this be)
+    tuning = llvm.PipelineTuningOptions(speed_level=3)
+    tuning.loop_vectorization = tuning.slp_vectorization = True
+    passes = llvm.create_pass_builder(_machine, tuning)
+    passes.getModulePassManager().run(module, passes)
+    if _engine is None:
+        _engine = llvm.create_mcjit_compiler(module, _machine)
     else:
         _engine.add_module(module)
     _engine.finalize_object()
