@@ -17,6 +17,8 @@ crossovers (docs/collectives.md).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .._reductions import OPS, reduce_into
@@ -29,6 +31,7 @@ __all__ = ["EAGER_WORD", "capacity", "usable", "runner"]
 EAGER_WORD = 7                  # the column of Runtime.collective_words these calls count in
 _SPIN_S = 1e-3                  # waits yield the core this long before sleeping
 _POLLS = 20                     # loads (0.1 us each) before a wait yields, on a machine with a core per PE
+_YIELDS = 16                    # yields before a wait starts its clock (PGAS_TIMEOUT counts from there)
 COMPILE_AFTER = 32              # calls of one kept all-reduce before it folds with compiled code
 
 
@@ -86,9 +89,14 @@ def runner(call, kind: str, extra):
         for _ in range(polls):          # a peer a microsecond behind: cheaper than a yield
             if load() >= number:
                 return
+        for _ in range(_YIELDS):        # a peer on this core: let it run (no clock to start yet)
+            os.sched_yield()
+            if load() >= number:
+                return
         clock = Wait(fn, rt.timeout, spin_s=_SPIN_S)
+        waiting_for = f"PE {team.pes[rank]} {what}"
         while load() < number:
-            clock.pause(lambda: f"PE {team.pes[rank]} {what}")
+            clock.pause(waiting_for)
 
     def contribute() -> tuple[int, list]:
         """Number the call and publish my contribution; the call's buffers."""
