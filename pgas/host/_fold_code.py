@@ -10,6 +10,7 @@ first use, a few milliseconds each; float16 is left to numpy.
 """
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -25,6 +26,7 @@ _folds: dict = {}          # (dtype, op) -> the cffi function
 _engine = None             # llvmlite's MCJIT engine (owns every compiled module)
 _machine = None            # its target machine: this CPU, with its vector extensions
 _compiling = threading.Lock()
+_failed = False            # set once building failed: numpy from then on
 
 
 def _element_type(dtype: np.dtype):
@@ -103,5 +105,20 @@ def compiled_fold(dtype: np.dtype, op: str):
         usable = dtype in REDUCTION_DTYPES and dtype != np.float16 and op in OPS
         with _compiling:   # simulated threads may race here
             if key not in _folds:
-                _folds[key] = _compile(dtype, op) if usable else None
+                _folds[key] = _compiled_or_none(dtype, op) if usable else None
     return _folds[key]
+
+
+def _compiled_or_none(dtype: np.dtype, op: str):
+    """The compiled fold, or None (numpy does it) where llvmlite cannot build it here, said
+    once per process: the results are the same either way, only slower."""
+    global _failed
+    if _failed:
+        return None
+    try:
+        return _compile(dtype, op)
+    except Exception as exc:  # an llvmlite or CPU this code was not tried on
+        _failed = True
+        print(f"pgas: small all-reduces combine with numpy here: the compiled combine step could not be "
+              f"built ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
