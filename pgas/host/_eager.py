@@ -72,8 +72,8 @@ def _compiled_runner(fold, d, regions, contribute, gather):
 def runner(call, kind: str, extra):
     """The body of eager collective ``kind`` (reduce, fcollect, broadcast) on the checked
     arrays of ``call`` (``_collectives._Call``), with everything bound that a repeated call
-    needs (each lookup saved counts at these sizes). ``extra``: the op of a reduce (its name), the
-    root rank of a broadcast."""
+    needs (each lookup saved counts at these sizes). ``extra``: the op of a reduce (its
+    name), the root rank of a broadcast."""
     fn, rt, team, d, s = call.fn, call.rt, call.team, call.d, call.s
     word_loads, word_stores = call.accessors()
     loads, store = [member[EAGER_WORD] for member in word_loads], word_stores[EAGER_WORD]
@@ -120,27 +120,25 @@ def runner(call, kind: str, extra):
 
     if kind == "reduce":
         ufunc = OPS[extra]
-        # the first calls fold with numpy; a call repeated COMPILE_AFTER times, with compiled code
-        fold = [None, COMPILE_AFTER, compiled_fold if d.flags.c_contiguous else None]
+        # numpy folds the first calls; once this call has run COMPILE_AFTER times, compiled code
+        compiled = []
+        calls_left = [COMPILE_AFTER if d.flags.c_contiguous else -1]
 
-        def numpy_fold(buffers):
+        def run():
+            if compiled:
+                compiled[0]()
+                return
+            number, buffers = contribute()
+            gather(number)
             if team.size == 2:
                 ufunc(buffers[0], buffers[1], out=d)     # reduce_into's one step, without its call
             else:
                 reduce_into(d, buffers, ufunc)
-            fold[1] -= 1
-            if fold[1] == 0 and fold[2] is not None:
-                compiled = fold[2](s.dtype, extra)
-                if compiled is not None:
-                    fold[0] = _compiled_runner(compiled, d, regions, contribute, gather)
-
-        def run():
-            if fold[0] is not None:
-                fold[0]()
-                return
-            number, buffers = contribute()
-            gather(number)
-            numpy_fold(buffers)
+            calls_left[0] -= 1
+            if calls_left[0] == 0:
+                fold = compiled_fold(s.dtype, extra)
+                if fold is not None:
+                    compiled.append(_compiled_runner(fold, d, regions, contribute, gather))
     elif kind == "fcollect":
         blocks = [d[r * s.size:(r + 1) * s.size] for r in range(team.size)]
         copies = [list(zip(blocks, buffers)) for buffers in regions]
