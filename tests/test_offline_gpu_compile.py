@@ -131,6 +131,9 @@ def test_narrow_and_bool_reductions_compile_and_float_bitwise_ones_are_refused(r
 def test_float16_reductions_compile_and_a_float16_test_is_refused(report):
     for name in ("sum_reduce", "prod_reduce", "min_reduce", "max_reduce_block"):
         assert f"{name}[float16]" in report["compiled"], report["failed"].get(f"{name}[float16]")
+    body = entry(report["ptx"]["half_reductions"])    # widened, combined in float32, the sum rounded once
+    assert "cvt.f32.f16" in body and "add.f32" in body and "cvt.rn.f16.f32" in body
+    assert re.search(r"setp\.[a-z]+\.f32", body)      # min compares in float32 and keeps an operand
     assert ("pgas.device: ivar must have one of the dtypes int32, uint32, int64, uint64, float32, float64, got "
             "float16") in report["float16_test"]
 

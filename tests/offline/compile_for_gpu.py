@@ -132,6 +132,12 @@ def narrow_reductions(team, d8, s8, db, sb):
     dev.xor_reduce_warp(team, db, sb)
 
 
+def half_reductions(team, dest, src):
+    """float16, which numba-cuda holds as its 16 bits: combined in float32, rounded once."""
+    dev.sum_reduce(team, dest, src)
+    dev.min_reduce(team, dest, src)
+
+
 def float_xor_reduce(team, dest, src):
     """Refused when it compiles: no bitwise reduction of floats."""
     dev.xor_reduce(team, dest, src)
@@ -168,6 +174,7 @@ def ptx_kernels():
     yield "barrier", barrier_of, (types.int64,)
     i8, b = types.int8[::1], types.boolean[::1]
     yield "narrow_reductions", narrow_reductions, (types.int64, i8, i8, b, b)
+    yield "half_reductions", half_reductions, (types.int64, types.float16[::1], types.float16[::1])
     yield "named_reductions", named_reductions, (types.int64, types.float32[::1], types.float32[::1])
     yield "wait_until_any", wait_any_of, (i64, types.int32[::1], i64)
 
