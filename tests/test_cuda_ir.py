@@ -24,7 +24,8 @@ from pgas._errors import PgasError
 from pgas._reductions import OPS, ops_for
 from pgas._waiting import compare as python_compare
 from pgas.device._codes import reduce_code
-from pgas.device._cuda_ir import FOLD_COPY, check_codegens, compare_codegen, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
+from pgas.device._cuda_ir import (FOLD_COPY, check_codegens, compare_codegen, constant_text, copy_strided_codegen,
+                                  copy_strided_type, fold_codegen, fold_type)
 
 
 @intrinsic
@@ -171,7 +172,7 @@ def _text_argument(context, builder, typ, value):
     if isinstance(typ, types.UnicodeType):
         string = context.make_helper(builder, typ, value=value)
         return [builder.ptrtoint(string.data, i64), string.length]
-    text = typ if isinstance(typ, str) else typ.literal_value if isinstance(typ, types.StringLiteral) else str(typ.dtype)
+    text = constant_text(typ)
     return [builder.ptrtoint(context.insert_const_string(builder.module, text), i64), i64(len(text))]
 
 

@@ -59,8 +59,8 @@ def _alltoall(fn, scope, team, dest, src):
     me = _p.team_rank(team, fn)
     _grouped_sync(fn, scope, team, False)
     for q in range(n):
-        _p.transfer(fn, False, _p.team_pe(team, q, fn), _p.part(d, q * m, (q + 1) * m), 1, _p.part(s, me * m, (me + 1) * m), 1, m,
-                    rank, size, False)
+        _p.transfer(fn, False, _p.team_pe(team, q, fn), _p.part(d, q * m, (q + 1) * m), 1,
+                    _p.part(s, me * m, (me + 1) * m), 1, m, rank, size, False)
     _grouped_sync(fn, scope, team, False)
 
 
@@ -98,7 +98,8 @@ def _reduce(fn, scope, team, dest, src, op):
         if q != me:
             lo = d.size * q // n
             hi = d.size * (q + 1) // n
-            _p.transfer(fn, False, _p.team_pe(team, q, fn), _p.part(d, lo, hi), 1, _p.part(d, lo, hi), 1, hi - lo, rank, size, False)
+            block = _p.part(d, lo, hi)
+            _p.transfer(fn, False, _p.team_pe(team, q, fn), block, 1, block, 1, hi - lo, rank, size, False)
     _grouped_sync(fn, scope, team, False)
 
 

@@ -37,7 +37,8 @@ from .._env import setting
 from .._errors import PgasError
 from .._reductions import reduction_ufunc
 from . import _cuda_ptx as ptx
-from ._cuda_ir import FOLD_COPY, check_codegens, compare_codegen, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
+from ._cuda_ir import (FOLD_COPY, check_codegens, compare_codegen, copy_strided_codegen, copy_strided_type,
+                       fold_codegen, fold_type)
 from ._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, THREAD, reduce_code
 
 __all__ = [*PRIMITIVES, "STATE_ADDRESS", "STATE_WORDS"]

@@ -26,10 +26,11 @@ from .._cpu_atomics import check_dtype
 from .._device_errors import FN_BYTES, TEXT_WORD, WHAT_BYTES, WHY_BYTES
 from .._errors import PgasError
 from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
+from ._cuda_ir import constant_text
 
-__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "flat_codegen", "view_at", "array_at",
-           "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "cast_like",
-           "globaltimer", "read_globaltimer", "string_argument", "word_argument", "call_record_error"]
+__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "flat_codegen", "view_at",
+           "array_at", "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "cast_like", "globaltimer",
+           "read_globaltimer", "string_argument", "word_argument", "call_record_error"]
 
 _I64 = ir.IntType(64)
 _REGISTER = {8: "h", 16: "h", 32: "r", 64: "l"}
@@ -278,10 +279,7 @@ def string_argument(context, builder, typ, value):
     if isinstance(typ, types.UnicodeType):
         string = context.make_helper(builder, typ, value=value)
         return [string.data, context.cast(builder, string.length, types.intp, types.int64)]
-    if isinstance(typ, str):
-        text = typ
-    else:
-        text = typ.literal_value if isinstance(typ, types.StringLiteral) else str(typ.dtype)
+    text = constant_text(typ)
     encoded = text.encode()
     return [context.insert_string_const_addrspace(builder, text), ir.Constant(_I64, len(encoded))]
 
