@@ -28,10 +28,19 @@ the number of WQEs posted.
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
+from .host import _mlx5 as mlx5
+
 __all__ = ["DESCRIPTOR", "W", "KIND_DATA", "KIND_INLINE", "KIND_ATOMIC", "KIND_MASKED_CS_8", "POST_ARGS",
-           "define_post", "define_progress"]
+           "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR", "AMO_XOR", "AMO_FETCH",
+           "OP_NAMES", "atomic_segments", "define_post", "define_progress", "define_refused"]
+
+# The requests a remote path carries (both engines, and the cuda device code)
+PUT, PUT_INLINE, GET, AMO_ADD, AMO_CAS, AMO_SWAP, AMO_AND, AMO_OR, AMO_XOR, AMO_FETCH = range(10)
+OP_NAMES = ("put", "inline put", "get", "atomic add", "atomic compare-swap", "atomic swap", "atomic and",
+            "atomic or", "atomic xor", "atomic fetch")
 
 DESCRIPTOR = ("sq", "depth", "qpn", "dbr", "cqe", "err_cq", "cells", "waited",
               "reserved", "ready", "last", "floor", "errors_read", "rung", "doorbell", "posted")
@@ -45,11 +54,45 @@ _BB = 64                    # bytes per basic block
 _OPMOD_4_BYTES = 8          # the masked atomics' opmod for 4-byte operands
 _CQ_UPDATE = 8              # fm_ce_se: ask for a CQE
 _NO_CQE = 15                # op_own >> 4 of a CQE slot the NIC has not written yet
+_CQE_SYNDROME = 55          # byte of an error CQE
 # ibgda_post's parameters: the descriptor, kind, opcode | opmod << 24, raddr, rkey, lkey,
 # laddr, byte count, four operands (inline bytes or atomic segment words), waited
 POST_ARGS = ("q", "kind", "opcode_opmod", "raddr", "rkey", "lkey", "laddr", "nbytes", "a0", "a1", "a2", "a3",
              "waited")
 _POST_TYPES = (I64.as_pointer(), I32, I32, I64, I32, I32, I64, I32, I64, I64, I64, I64, I32)
+
+
+def atomic_segments(op, size, value, compare):
+    """(WQE kind, opcode | opmod << 24, four operand words) of the mlx5 atomic that does
+    request ``op`` on ``size`` (4 or 8) bytes of bits ``value`` (and ``compare``).
+
+    8-byte add and compare-swap are the standard atomics; everything else is a masked
+    atomic (swap/and/or: masked compare-swap with no compare; xor: masked fetch-add with
+    every bit a field of its own, so no carries), as NVSHMEM's IBGDA does. Plain integer
+    code: the cuda backend compiles the same function into its kernels.
+    """
+    ones = np.uint64(0xFFFFFFFF) if size == 4 else np.uint64(0xFFFFFFFFFFFFFFFF)
+    value = np.uint64(value) & ones
+    compare = np.uint64(compare) & ones
+    zero = np.uint64(0)
+    opmod = (mlx5.OPMOD_EXT_ATOMIC_4 if size == 4 else mlx5.OPMOD_EXT_ATOMIC_8) << 24
+    masked_cs = KIND_ATOMIC if size == 4 else KIND_MASKED_CS_8
+    if op == AMO_ADD or op == AMO_FETCH:
+        addend = value if op == AMO_ADD else zero
+        if size == 8:
+            return KIND_ATOMIC, mlx5.OP_ATOMIC_FA, addend, zero, zero, zero
+        return KIND_ATOMIC, mlx5.OP_MASKED_FA | opmod, addend, zero, zero, zero
+    if op == AMO_CAS:
+        if size == 8:
+            return KIND_ATOMIC, mlx5.OP_ATOMIC_CS, value, compare, zero, zero
+        return KIND_ATOMIC, mlx5.OP_MASKED_CS | opmod, value, compare, ones, ones
+    if op == AMO_XOR:
+        return KIND_ATOMIC, mlx5.OP_MASKED_FA | opmod, value, ones, zero, zero
+    if op == AMO_SWAP:
+        return masked_cs, mlx5.OP_MASKED_CS | opmod, value, zero, ones, zero
+    if op == AMO_AND:
+        return masked_cs, mlx5.OP_MASKED_CS | opmod, zero, zero, ones & ~value, zero
+    return masked_cs, mlx5.OP_MASKED_CS | opmod, value, zero, value, zero      # AMO_OR
 
 
 def _c(value: int, typ=I64):
@@ -191,8 +234,8 @@ def define_post(module, memory, name: str = "ibgda_post", linkage: str = "") -> 
         wqe.be(offset + 8, address)
         b.branch(publish_wait)
 
-    b.position_at_end(segments[KIND_DATA])
-    data_segment(32, nbytes, laddr)
+    b.position_at_end(segments[KIND_DATA])          # laddr 0: into the WQE's result cell (a g)
+    data_segment(32, nbytes, b.select(b.icmp_unsigned("==", laddr, _c(0)), cell, laddr))
 
     b.position_at_end(segments[KIND_INLINE])
     wqe.be(32, b.or_(nbytes, _c(0x80000000, I32)))
@@ -240,6 +283,33 @@ def define_post(module, memory, name: str = "ibgda_post", linkage: str = "") -> 
     return fn
 
 
+def _oldest_unread_error(b, memory, queue, depth, ready):
+    """(is there one, the 64-bit start of its WQE, its syndrome as i64) of the oldest error
+    CQE nobody has read: written, and its owner bit the parity of this pass round the ring."""
+    consumed = memory.load(b, queue.word("errors_read"), "acquire")
+    offset = b.shl(b.urem(consumed, depth), _c(6))
+    cqe = b.gep(queue.pointer("err_cq"), [offset])
+    etail = memory.load(b, b.bitcast(b.gep(cqe, [_c(56)]), I64.as_pointer()), "acquire")
+    owner = b.and_(b.lshr(etail, _c(56)), _c(1))
+    this_pass = b.icmp_unsigned("==", owner, b.and_(b.udiv(consumed, depth), _c(1)))
+    unread = b.and_(b.icmp_unsigned("!=", b.lshr(etail, _c(60)), _c(_NO_CQE)), this_pass)
+    syndrome = b.zext(b.load(b.gep(cqe, [_c(_CQE_SYNDROME)])), I64)
+    return unread, _widen(b, ready, _cqe_counter(b, etail)), syndrome
+
+
+def define_refused(module, memory, name: str = "ibgda_refused", linkage: str = "") -> ir.Function:
+    """Define ``name(q)``: ``start << 8 | syndrome`` of the oldest refused WQE whose error
+    CQE nobody has read (its WQE is intact: the completion floor waits at it), else -1."""
+    fn = ir.Function(module, ir.FunctionType(I64, [I64.as_pointer()]), name)
+    fn.linkage = linkage
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    queue = _Queue(b, fn.args[0])
+    ready = memory.load(b, queue.word("ready"), "acquire")
+    unread, start, syndrome = _oldest_unread_error(b, memory, queue, queue.value("depth"), ready)
+    b.ret(b.select(unread, b.or_(b.shl(start, _c(8)), syndrome), _c(-1)))
+    return fn
+
+
 def define_progress(module, memory, name: str = "ibgda_progress", linkage: str = "") -> ir.Function:
     """Define ``name(q)``: read the collapsed CQE and the error CQ; advance and return the
     completion floor: every WQE that starts below it is complete and its result read by the
@@ -255,14 +325,8 @@ def define_progress(module, memory, name: str = "ibgda_progress", linkage: str =
     ready = memory.load(b, queue.word("ready"), "acquire")
     written = b.icmp_unsigned("!=", b.lshr(tail, _c(60)), _c(_NO_CQE))
     floor = b.select(written, b.add(_widen(b, ready, _cqe_counter(b, tail)), _c(1)), _c(0))
-    consumed = memory.load(b, queue.word("errors_read"), "acquire")
-    error_offset = b.add(b.shl(b.urem(consumed, depth), _c(6)), _c(56))
-    etail = memory.load(b, b.bitcast(b.gep(queue.pointer("err_cq"), [error_offset]), I64.as_pointer()), "acquire")
-    # an error CQE of this pass round the ring: written, and its owner bit the pass's parity
-    owner = b.and_(b.lshr(etail, _c(56)), _c(1))
-    this_pass = b.icmp_unsigned("==", owner, b.and_(b.udiv(consumed, depth), _c(1)))
-    unread = b.and_(b.icmp_unsigned("!=", b.lshr(etail, _c(60)), _c(_NO_CQE)), this_pass)
-    floor = b.select(unread, _umin(b, floor, _widen(b, ready, _cqe_counter(b, etail))), floor)
+    unread, error_start, _ = _oldest_unread_error(b, memory, queue, depth, ready)
+    floor = b.select(unread, _umin(b, floor, error_start), floor)
     before = memory.rmw(b, "umax", queue.word("floor"), floor)
     b.ret(b.select(b.icmp_unsigned(">", before, floor), before, floor))
     return fn

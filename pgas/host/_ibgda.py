@@ -25,10 +25,10 @@ import numpy as np
 
 from .._waiting import Wait
 from .._errors import PgasError
+from .._ibgda_ir import AMO_ADD, GET, OP_NAMES, PUT, PUT_INLINE, atomic_segments
 from . import _ibgda_code as code
 from . import _mlx5 as mlx5
 from ._nic import ACCESS_LOCAL, Nic, sleep_until
-from ._proxy import AMO_ADD, GET, OP_NAMES, PUT, PUT_INLINE, atomic_wqe
 
 __all__ = ["Ibgda", "DeviceQueue"]
 
@@ -68,11 +68,6 @@ class DeviceQueue:
         """The NIC has written error CQEs that nobody has read yet."""
         return self.qp.cqes_written != self.counter("errors_read")
 
-    def widen(self, index16: int) -> int:
-        """The 64-bit index of the newest published WQE whose 16-bit index is ``index16``."""
-        ready = self.counter("ready")
-        return ready - ((ready - index16) & 0xFFFF)
-
 
 class Ibgda:
     """The GPU-initiated path of one PE: a device queue pair to each PE on another node."""
@@ -110,10 +105,7 @@ class Ibgda:
                 nbytes = size
                 operands = (value & ((1 << (8 * size)) - 1), 0, 0, 0)
         else:
-            opcode, opmod, words = atomic_wqe(op, size, value, compare)
-            operands = (tuple(words) + (0, 0, 0, 0))[:4]
-            kind = code.KIND_MASKED_CS_8 if len(words) == 4 and size == 8 else code.KIND_ATOMIC
-            opcode |= opmod << 24
+            kind, opcode, *operands = atomic_segments(op, size, value, compare)
             lkey, nbytes = queue.lkey, size
         clock = None
         while (posted := self._code.post(queue.address, kind, opcode, raddr, rkey, lkey, laddr, nbytes,
@@ -198,13 +190,8 @@ class Ibgda:
 
     def _read_errors(self, queue: DeviceQueue) -> None:
         with self._errors_lock:
-            while True:
-                read = queue.counter("errors_read")
-                cqe = mlx5.read_cqe(queue.qp.err_cq, read)
-                if cqe is None:
-                    return
-                _, counter, syndrome = cqe
-                start = queue.widen(counter)
+            while (found := self._code.refused(queue.address)) >= 0:
+                start, syndrome = found >> 8, found & 0xFF
                 wqe = mlx5.read_wqe(queue.qp.sq, start)    # intact: the floor waits at it
                 what = mlx5.OPCODE_NAMES.get(wqe.opcode, f"opcode {wqe.opcode:#x}")
                 nbytes = wqe.nbytes or wqe.atomic_size
@@ -213,4 +200,4 @@ class Ibgda:
                     self._failed[(queue.peer, start)] = refusal
                 else:
                     self.errors.append(mlx5.refusal("pgas (non-blocking operation, reported at quiet)", *refusal))
-                queue.descriptor[code.W["errors_read"]] = read + 1
+                queue.descriptor[code.W["errors_read"]] += 1

@@ -13,7 +13,8 @@ import threading
 
 from llvmlite import ir
 
-from .._ibgda_ir import DESCRIPTOR, KIND_ATOMIC, KIND_DATA, KIND_INLINE, KIND_MASKED_CS_8, W, define_post, define_progress
+from .._ibgda_ir import (DESCRIPTOR, KIND_ATOMIC, KIND_DATA, KIND_INLINE, KIND_MASKED_CS_8, W, define_post,
+                         define_progress, define_refused)
 
 __all__ = ["DESCRIPTOR", "W", "KIND_DATA", "KIND_INLINE", "KIND_ATOMIC", "KIND_MASKED_CS_8", "CpuMemory",
            "compiled", "concurrent_post"]
@@ -55,6 +56,7 @@ def _module_text() -> str:
     module = ir.Module("pgas_ibgda")
     define_post(module, CpuMemory)
     define_progress(module, CpuMemory)
+    define_refused(module, CpuMemory)
     return str(module)
 
 
@@ -64,7 +66,7 @@ _ARGS = (ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32, ctypes.c_uint64, ctyp
 
 
 class _Compiled:
-    """``post`` and ``progress``, called with the interpreter lock held (PYFUNCTYPE): a
+    """``post``, ``progress`` and ``refused``, called with the interpreter lock held (PYFUNCTYPE): a
     simulated device thread never waits for the lock again after its call, which under
     the simulator's polling loop costs up to a switch interval. The protocol inside is the
     one concurrent GPU threads need (``concurrent_post`` calls it without the lock)."""
@@ -83,6 +85,8 @@ class _Compiled:
         self.progress_address = self._engine.get_function_address("ibgda_progress")
         self.post = ctypes.PYFUNCTYPE(ctypes.c_int64, *_ARGS)(self.post_address)
         self.progress = ctypes.PYFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p)(self.progress_address)
+        self.refused = ctypes.PYFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(
+            self._engine.get_function_address("ibgda_refused"))
 
 
 _compiled: _Compiled | None = None

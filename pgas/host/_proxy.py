@@ -23,15 +23,13 @@ from .._errors import PgasError
 from .._waiting import Wait
 from . import _mlx5 as mlx5
 from ._nic import ACCESS_LOCAL, Nic, precise_sleeps, sleep_until
+from .._ibgda_ir import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AMO_XOR, GET, OP_NAMES, PUT,
+                         PUT_INLINE, atomic_segments)
 
 __all__ = ["Proxy", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR",
            "AMO_XOR", "AMO_FETCH", "OP_NAMES", "REQUEST", "atomic_wqe"]
 
 CAPACITY = 1024
-# request ops
-PUT, PUT_INLINE, GET, AMO_ADD, AMO_CAS, AMO_SWAP, AMO_AND, AMO_OR, AMO_XOR, AMO_FETCH = range(10)
-OP_NAMES = ("put", "inline put", "get", "atomic add", "atomic compare-swap", "atomic swap", "atomic and",
-          "atomic or", "atomic xor", "atomic fetch")
 REQUEST = np.dtype([("ticket", "u8"), ("state", "u1"), ("op", "u1"), ("size", "u1"), ("waited", "u1"),
                     ("pe", "u4"), ("raddr", "u8"), ("laddr", "u8"), ("lkey", "u4"), ("syndrome", "u4"),
                     ("nbytes", "u8"), ("value", "u8"), ("compare", "u8"), ("result", "u8")])
@@ -244,23 +242,8 @@ class Proxy:
 
 
 def atomic_wqe(op: int, size: int, value: int, compare: int):
-    """(opcode, opmod, operands) of the mlx5 atomic that does request ``op`` on ``size`` bytes.
-
-    8-byte add and compare-swap are the standard atomics; everything else is a masked
-    atomic (swap/set/and/or: masked compare-swap with no compare; xor: masked fetch-add
-    with every bit a field of its own, so no carries), as NVSHMEM's IBGDA does.
-    """
-    ones = (1 << (8 * size)) - 1
-    value, compare = value & ones, compare & ones
-    opmod = mlx5.OPMOD_EXT_ATOMIC_4 if size == 4 else mlx5.OPMOD_EXT_ATOMIC_8
-    if op == AMO_ADD:
-        return (mlx5.OP_ATOMIC_FA, 0, (value, 0)) if size == 8 else (mlx5.OP_MASKED_FA, opmod, (value, 0))
-    if op == AMO_FETCH:
-        return (mlx5.OP_ATOMIC_FA, 0, (0, 0)) if size == 8 else (mlx5.OP_MASKED_FA, opmod, (0, 0))
-    if op == AMO_CAS:
-        return (mlx5.OP_ATOMIC_CS, 0, (value, compare)) if size == 8 else (
-            mlx5.OP_MASKED_CS, opmod, (value, compare, ones, ones))
-    if op == AMO_XOR:
-        return mlx5.OP_MASKED_FA, opmod, (value, ones)
-    masked = {AMO_SWAP: (value, 0, ones, 0), AMO_AND: (0, 0, ones & ~value, 0), AMO_OR: (value, 0, value, 0)}
-    return mlx5.OP_MASKED_CS, opmod, masked[op]
+    """(opcode, opmod, operands) of the mlx5 atomic that does request ``op`` on ``size``
+    bytes (``_ibgda_ir.atomic_segments``)."""
+    _, opcode_opmod, *words = atomic_segments(op, size, value, compare)
+    opcode = opcode_opmod & 0xFF
+    return opcode, opcode_opmod >> 24, tuple(int(w) for w in words[:4 if opcode == mlx5.OP_MASKED_CS else 2])
