@@ -47,14 +47,18 @@ KINDS = {
     5: ("SIZE", PgasValueError, "{fn}: {why}; {what} has {a} elements, {b} needed"),
     6: ("ROOT", PgasValueError, "{fn}: root must be a team rank within [0, {b}), got {a}"),
     7: ("PE_RANGE", PgasValueError, "{fn}: {what} must be within [0, {b}), got {a}"),
-    8: ("UNREACHABLE", PgasError, "{fn}: PE {a} is on another node and the cuda backend has no remote transport "
-                                  "yet (docs/transports.md); run on the simulator backend, or keep the PEs on one node"),
+    8: ("UNREACHABLE", PgasError, "{fn}: PE {a} is on another node and {why} (docs/transports.md)"),
     9: ("TEAM", PgasValueError, "{fn}: {what} {a} is not a team of PE {b} (never created here, or destroyed)"),
     10: ("CMP", PgasValueError, "{fn}: cmp must be one of pgas.CMP_EQ/NE/GT/GE/LT/LE, got {a}"),
     11: ("SIG_OP", PgasValueError, "{fn}: sig_op must be pgas.SIGNAL_SET or pgas.SIGNAL_ADD, got {a}"),
     12: ("SIGNAL", PgasValueError, "{fn}: signal must be a non-empty uint64 (or int64) symmetric array, got {why} "
                                    "with {a} elements"),
     15: ("NEGATIVE_STRIDE", PgasValueError, "{fn}: {what} stride must be a non-negative integer, got {a}"),
+    19: ("NOT_REGISTERED", PgasValueError, "{fn}: {what} (address {b:#x}, {c} bytes) is not in the symmetric heap; "
+                                           "the NIC reaches PE {a} on another node and reads or writes only "
+                                           "registered memory: use a symmetric array"),
+    20: ("NIC_WIDE", PgasValueError, "{fn}: {what} has {a}-byte elements; a single element to or from PE {b} on "
+                                     "another node travels in 8 bytes: use put or get"),
 }
 KIND = {name: kind for kind, (name, _, _) in KINDS.items()}
 
@@ -67,6 +71,9 @@ def _describe(kind: int, fn: str, what: str, why: str, a, b, c) -> PgasError:
 
 TIMEOUT, BARRIER_TIMEOUT = 13, 14   # waits past PGAS_TIMEOUT (texts from timeout_error)
 SET_TIMEOUT = 16    # a wait on a set of ivars: a = cmp + 8 * the index named, b = its value, c = the value seen
+# the cuda NIC path: a = the PE; NIC_REFUSED: b = raddr, c = opcode | opmod << 8 | byte count << 16 |
+# syndrome << 56 (of the refused WQE); NIC_TIMEOUT: b = 0 waiting for room in the send queue, 1 for a completion
+NIC_REFUSED, NIC_TIMEOUT = 17, 18
 
 
 def device_error(kind: str, fn: str, what: str = "", why: str = "", a=0, b=0, c=0) -> PgasError:
@@ -106,6 +113,18 @@ def _unpack3(word: int) -> list:
     return [(word >> shift) & _BITS21 for shift in (0, 21, 42)]
 
 
+def _refusal(fn: str, pe: int, raddr: int, summary: int) -> PgasError:
+    """The error of a WQE the NIC refused, from what the device read of it."""
+    from .host import _mlx5 as mlx5
+
+    opcode, opmod, count, syndrome = summary & 0xFF, (summary >> 8) & 0xFF, (summary >> 16) & 0x7FFFFFFF, \
+        (summary >> 56) & 0xFF
+    what = mlx5.OPCODE_NAMES.get(opcode, f"opcode {opcode:#x}")
+    if opcode not in (mlx5.OP_RDMA_WRITE, mlx5.OP_RDMA_READ):
+        count = 4 if opcode in (mlx5.OP_MASKED_CS, mlx5.OP_MASKED_FA) and opmod == mlx5.OPMOD_EXT_ATOMIC_4 else 8
+    return PgasError(mlx5.refusal(fn, what, pe, raddr & (2 ** 64 - 1), count, syndrome))
+
+
 def from_record(words: np.ndarray, timeout: float) -> PgasError | None:
     """The exception a complete mailbox record (int64 ``words``) describes, else None.
 
@@ -125,6 +144,11 @@ def from_record(words: np.ndarray, timeout: float) -> PgasError | None:
     elif kind == BARRIER_TIMEOUT:
         missing = [pe_ for pe_ in range(64) if b >> pe_ & 1] + (["..."] if c > bin(b).count("1") else [])
         error = timeout_error(fn, timeout, arrivals_waited_for(missing, a))
+    elif kind == NIC_REFUSED:
+        error = _refusal(fn, a, b, c)
+    elif kind == NIC_TIMEOUT:
+        error = timeout_error(fn, timeout, f"room in the send queue to PE {a}" if b == 0 else
+                              f"the NIC to complete the requests to PE {a}")
     elif kind in KINDS:
         error = _describe(kind, fn, what, why, a, b, c)
     else:

@@ -62,19 +62,21 @@ POST_ARGS = ("q", "kind", "opcode_opmod", "raddr", "rkey", "lkey", "laddr", "nby
 _POST_TYPES = (I64.as_pointer(), I32, I32, I64, I32, I32, I64, I32, I64, I64, I64, I64, I32)
 
 
-def atomic_segments(op, size, value, compare):
+def atomic_segments(op, size, value, compare, word=np.uint64):
     """(WQE kind, opcode | opmod << 24, four operand words) of the mlx5 atomic that does
     request ``op`` on ``size`` (4 or 8) bytes of bits ``value`` (and ``compare``).
 
     8-byte add and compare-swap are the standard atomics; everything else is a masked
     atomic (swap/and/or: masked compare-swap with no compare; xor: masked fetch-add with
-    every bit a field of its own, so no carries), as NVSHMEM's IBGDA does. Plain integer
-    code: the cuda backend compiles the same function into its kernels.
+    every bit a field of its own, so no carries), as NVSHMEM's IBGDA does. ``word`` makes
+    the operand words (it takes an int or a value, and its results know ``&`` and ``~``):
+    numpy's uint64 on the host; on the cuda backend, IR values (``op`` and ``size`` are
+    then constants of the kernel, so the branches are taken when it compiles).
     """
-    ones = np.uint64(0xFFFFFFFF) if size == 4 else np.uint64(0xFFFFFFFFFFFFFFFF)
-    value = np.uint64(value) & ones
-    compare = np.uint64(compare) & ones
-    zero = np.uint64(0)
+    ones = word(0xFFFFFFFF if size == 4 else 0xFFFFFFFFFFFFFFFF)
+    value = word(value) & ones
+    compare = word(compare) & ones
+    zero = word(0)
     opmod = (mlx5.OPMOD_EXT_ATOMIC_4 if size == 4 else mlx5.OPMOD_EXT_ATOMIC_8) << 24
     masked_cs = KIND_ATOMIC if size == 4 else KIND_MASKED_CS_8
     if op == AMO_ADD or op == AMO_FETCH:

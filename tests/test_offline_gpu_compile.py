@@ -99,10 +99,18 @@ def test_g_and_p_are_strong_and_a_spin_on_g_rereads_memory(report):
     body = entry(report["ptx"]["p_then_g"])
     assert "st.relaxed.sys.b64" in body and "ld.relaxed.sys.b64" in body
     spin = entry(report["ptx"]["spin_on_g"])
-    # the load sits in the loop: a relaxed load, then the compare, then a branch back
-    assert re.search(r"ld\.relaxed\.sys\.b64 (%rd\d+), \[%rd\d+\];\s*// end inline asm\s*setp\.\w+\.s64 \s*%p\d+, \1, 0;"
-                     r"\s*@%p\d+ bra", spin), spin[-1500:]
+    # the load sits in the loop: a relaxed load whose value is compared, then a branch back
+    # to a label before the load (g's other path, through the NIC, joins in between)
+    assert any(_branches_back_after(spin, load) for load in re.finditer(r"ld\.relaxed\.sys\.b64 (%rd\d+), ", spin)), \
+        spin[-3000:]
     assert "ld.global.nc" not in spin
+
+
+def _branches_back_after(body: str, load) -> bool:
+    """The value ``load`` read is compared with 0 and decides a branch to a label above it."""
+    compare = re.compile(rf"setp\.\w+\.s64\s+(%p\d+), {re.escape(load.group(1))}, 0;\s*@\1 bra\s+(\$L__BB\d+_\d+);")
+    found = compare.search(body, load.end())
+    return found is not None and body.find(f"{found.group(2)}:") < load.start()
 
 
 def test_a_uint64_signal_is_compared_as_an_integer(report):
@@ -194,3 +202,37 @@ def test_a_wait_on_a_set_rereads_every_ivar_each_pass_and_backs_off(report):
 def test_a_bitwise_atomic_on_a_float_is_refused_with_pgas_text(report):
     assert ("pgas.device.atomic_and / atomic_fetch_and: dest must have one of the dtypes int32, uint32, int64, "
             "uint64, got float32") in report["float_atomic_and"]
+
+
+def _function(ptx: str, name: str) -> str:
+    """The body of device function ``name`` (its definition, not a declaration)."""
+    found = re.search(rf"\.func\s+(?:\([^)]*\)\s*)?{name}\((?:[^)]*)\)\s*\{{(.*?)\n\}}", ptx, re.S)
+    assert found, f"no definition of {name}"
+    return found.group(1)
+
+
+def test_the_nic_path_posts_and_polls_with_system_scope_ptx(report):
+    """The GPU-initiated path (``_cuda_nic``): the device thread reserves send-queue blocks
+    with a system-scope CAS, publishes the doorbell record, doorbell and counters with
+    release stores, sets the rung word with a sequentially consistent exchange, and polls
+    the CQE with acquire loads, backing off with nanosleep; the NIC is a CPU thread, so no
+    GPU-scope atomic may appear."""
+    ptx = report["ptx"]["remote_ops"]
+    body = entry(ptx)
+    for called in ("pgas_nic_submit", "pgas_nic_complete", "pgas_nic_copy", "pgas_nic_result", "pgas_nic_quiet"):
+        assert re.search(rf"call\.uni[^;]*{called}", body), called
+    submit = _function(ptx, "pgas_nic_submit")
+    assert "atom.acq_rel.sys.cas.b64" in submit                                  # reserve
+    assert "ld.acquire.sys.b8" in submit                                         # the waited flags
+    assert "st.release.sys.b32" in submit                                        # doorbell record
+    assert len(re.findall(r"st\.release\.sys\.b64", submit)) >= 3               # last, doorbell, ready
+    assert re.search(r"fence\.sc\.sys;\s*atom\.acquire\.sys\.exch\.b64", submit)   # the rung word
+    assert "nanosleep.u32" in submit and "prmt.b32" in submit                    # back-off; big-endian fields
+    complete = _function(ptx, "pgas_nic_complete")
+    assert "atom.acq_rel.sys.max.u64" in complete and "ld.acquire.sys.b64" in complete   # floor; the CQE
+    assert "%globaltimer" in complete and "nanosleep.u32" in complete            # PGAS_TIMEOUT, backing off
+    for name in ("pgas_nic_submit", "pgas_nic_complete", "pgas_nic_check_refused", "pgas_nic_copy",
+                 "pgas_nic_result", "pgas_nic_quiet"):
+        atoms = re.findall(r"atom\.[\w.]+", _function(ptx, name))
+        assert all(".sys." in a for a in atoms), (name, atoms)
+    assert report["cubin_bytes"]["p[int64]"] > 0 and report["cubin_bytes"]["atomic_fetch_add[int64]"] > 0  # ptxas too

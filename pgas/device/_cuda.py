@@ -1,19 +1,15 @@
 """The cuda primitive layer: the same names as ``_sim.py``, compiled by numba for the GPU.
 
-Device state is found without a context argument: the host maps a small state block at
-the fixed virtual address ``STATE_ADDRESS`` in every PE's process (the same address
-across a finalize/init cycle), so kernels compiled before or after ``init`` read it
-there. Its words: this PE, the PE count, this PE's heap base and size, the wait
-timeout in nanoseconds, the address of the PE's error mailbox, then every PE's mapped
-heap base (0 where there is no load/store path), then the team table (per slot: size,
-this PE's rank, then the world PE of every rank; size 0 where the slot is free). The
+Device state is read from the state block at a fixed address (``_cuda_state``). The
 barrier words of team slot t are the t-th row of ``n_pes + 1`` int64 at the start of the
-heap, as on the simulator.
+heap, as on the simulator. PEs of this node are reached by loads and stores into their
+mapped heaps; PEs on other nodes through the NIC, the device thread posting its own
+work requests (``_cuda_nic``).
 
 Ordering follows the PTX memory model at system scope (``_cuda_ptx.py``): ``g``/``p`` are
 strong relaxed accesses, waits poll with ``ld.acquire.sys``, atomics are sequentially
 consistent (``fence.sc.sys`` + ``atom.acquire.sys``), ``fence``/``quiet`` are
-``fence.sc.sys``.
+``fence.sc.sys`` (``quiet`` first waits for the NIC's completions).
 
 Checks: what a kernel's types decide (equal dtypes, a signal's dtype, a reduction's op on
 its dtype) is refused when the kernel compiles. What only the values decide (a PE out of
@@ -33,10 +29,13 @@ from numba.cuda.extending import intrinsic
 from .._constants import MAX_TEAMS
 from .._cpu_atomics import ORDERED_DTYPES
 from .._device_errors import BARRIER_TIMEOUT, KIND, SET_TIMEOUT, TIMEOUT
-from .._env import setting
 from .._errors import PgasError
 from .._reductions import reduction_ufunc
+from . import _cuda_nic as nic
 from . import _cuda_ptx as ptx
+from ._cuda_state import STATE_ADDRESS, STATE_WORDS, _HEAP_BASE, _MY_PE, _N_PES, _PEER_BASES
+from ._cuda_state import fail as _fail, load_state as _load_state, record_failure as _record_failure
+from ._cuda_state import state_word as _state_word, timed_out as _timed_out
 from ._cuda_ir import (FOLD_COPY, check_codegens, compare_codegen, copy_strided_codegen, copy_strided_type,
                        fold_codegen, fold_type)
 from ._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, THREAD, reduce_code
@@ -44,12 +43,6 @@ from ._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, THREAD, reduce_co
 __all__ = [*PRIMITIVES, "STATE_ADDRESS", "STATE_WORDS"]
 
 WARP_SIZE = 32
-STATE_ADDRESS = setting("PGAS_STATE_ADDRESS")   # mapped there by the host runtime in every PE
-# state word indices
-_MY_PE, _N_PES, _HEAP_BASE, _HEAP_SIZE, _TIMEOUT_NS, _MAILBOX = range(6)
-_PEER_BASES = 8
-STATE_WORDS = {"my_pe": _MY_PE, "n_pes": _N_PES, "heap_base": _HEAP_BASE, "heap_size": _HEAP_SIZE,
-               "timeout_ns": _TIMEOUT_NS, "mailbox": _MAILBOX, "peer_bases": _PEER_BASES}
 # error kinds a device check records (texts in pgas/_device_errors.py)
 _PE_RANGE, _UNREACHABLE, _TEAM = (KIND[k] for k in ("PE_RANGE", "UNREACHABLE", "TEAM"))
 
@@ -77,46 +70,7 @@ def device_function(function):
 name = ptx.name
 
 
-def _load_state(builder, index):
-    """int64 state word ``index`` (an LLVM int64 value)."""
-    i64 = ir.IntType(64)
-    address = builder.add(i64(STATE_ADDRESS), builder.mul(index, i64(8)))
-    return builder.load(builder.inttoptr(address, i64.as_pointer()))
-
-
-@intrinsic
-def _state_word(typingctx, index):
-    """int64 word ``index`` of the state block at STATE_ADDRESS."""
-    def codegen(context, builder, sig, args):
-        return _load_state(builder, context.cast(builder, args[0], sig.args[0], types.int64))
-    return types.int64(index), codegen
-
-
-def _record_failure(context, builder, kind, texts, numbers):
-    """Write an error record into this PE's mailbox and stop the kernel (``trap``); the host
-    raises it. ``kind``: a KIND code or an int64 value; ``texts``: fn, what, why as (numba
-    type, value) or (plain string, None); ``numbers``: a, b, c as int64 values."""
-    i64 = ir.IntType(64)
-    arguments = [_load_state(builder, i64(_MAILBOX)), _load_state(builder, i64(_MY_PE)),
-                 i64(kind) if isinstance(kind, int) else kind]
-    for typ, value in texts:
-        arguments += ptx.string_argument(context, builder, typ, value)
-    ptx.call_record_error(builder, context, arguments + list(numbers))
-
-
 _CHECKS = check_codegens(_record_failure)
-
-
-@intrinsic
-def _fail(typingctx, kind, fn, what, why, a, b, c):
-    """Record a failed check (``_record_failure``). ``what``/``why``: strings, or an array
-    (its dtype's name); a, b, c: numbers."""
-    def codegen(context, builder, sig, args):
-        _record_failure(context, builder, context.cast(builder, args[0], sig.args[0], types.int64),
-                        list(zip(sig.args[1:4], args[1:4])),
-                        [ptx.word_argument(context, builder, typ, value) for typ, value in zip(sig.args[4:], args[4:])])
-        return context.get_dummy_value()
-    return types.void(kind, fn, what, why, a, b, c), codegen
 
 
 # State and teams: intrinsics (read in place, no helper to compile) ------------------
@@ -244,11 +198,27 @@ def _peer_at(address, pe, fn):
 
 @jit
 def _reachable(address, pe, fn, what):
-    """``_peer_at``, for a PE that must be load/store reachable."""
+    """``_peer_at``, for a PE that must be load/store reachable (device reductions read
+    every member's data in place)."""
     peer = _peer_at(address, pe, fn)
     if peer == 0:
-        _fail(_UNREACHABLE, fn, what, "", pe, 0, 0)
+        _fail(_UNREACHABLE, fn, what, "device reductions on the cuda backend read each member's data in place, "
+              "within a node", pe, 0, 0)
     return peer
+
+
+@jit
+def _route(address, pe, fn, what):
+    """(where ``address`` lies in PE ``pe``'s mapped heap, 0), or (0, the queue pair to PE
+    ``pe``) where the NIC reaches it; a failure where neither does."""
+    peer = _peer_at(address, pe, fn)
+    queue = np.uint64(0)
+    if peer == 0:
+        queue = nic.queue_to(pe)
+        if queue == 0:
+            _fail(_UNREACHABLE, fn, what, "the cuda backend reaches other nodes only through ibgda "
+                  "(PGAS_REMOTE_TRANSPORT=ibgda)", pe, 0, 0)
+    return peer, queue
 
 
 @jit
@@ -306,41 +276,67 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
             _fold(op, dst, dst_lo, theirs, src_lo, count, rank, size)
 
 
-# Other PEs: load/store into their mapped heaps (no remote transport on the GPU yet) ----
+# Other PEs: loads and stores into their mapped heaps, or the NIC (``_cuda_nic``) --------
 
 @jit
 def transfer(fn, to_peer, pe, dst, dst_stride, src, src_stride, nelems, rank, size, nbi):
+    """The group's copy to (``to_peer``) or from PE ``pe``: threads share it on the
+    load/store path; through the NIC the group's first thread posts it (one request)."""
     if to_peer:
-        theirs = ptx.flat_view(_reachable(ptx.address_of(dst), pe, fn, name("dest")), dst)
-        copy_strided(theirs, dst_stride, src, src_stride, nelems, rank, size)
+        peer, queue = _route(ptx.address_of(dst), pe, fn, name("dest"))
+        if peer != 0:
+            copy_strided(ptx.flat_view(peer, dst), dst_stride, src, src_stride, nelems, rank, size)
+        elif rank == 0:
+            nic.copy(fn, pe, queue, True, ptx.address_of(dst), dst_stride, ptx.address_of(src), src_stride, nelems,
+                     dst.itemsize, nbi)
     else:
-        theirs = ptx.flat_view(_reachable(ptx.address_of(src), pe, fn, name("src")), src)
-        copy_strided(dst, dst_stride, theirs, src_stride, nelems, rank, size)
+        peer, queue = _route(ptx.address_of(src), pe, fn, name("src"))
+        if peer != 0:
+            copy_strided(dst, dst_stride, ptx.flat_view(peer, src), src_stride, nelems, rank, size)
+        elif rank == 0:
+            nic.copy(fn, pe, queue, False, ptx.address_of(src), src_stride, ptx.address_of(dst), dst_stride, nelems,
+                     dst.itemsize, nbi)
 
 
 @jit
 def remote_store(fn, arr, pe, value, what):
-    ptx.st_relaxed(_reachable(ptx.address_of(arr), pe, fn, name(what)), arr, value)
+    peer, queue = _route(ptx.address_of(arr), pe, fn, name(what))
+    if peer != 0:
+        ptx.st_relaxed(peer, arr, value)
+    else:
+        nic.store(fn, name(what), pe, queue, arr, value)
 
 
 @jit
 def remote_load(fn, arr, pe, what):
-    return ptx.ld_relaxed(_reachable(ptx.address_of(arr), pe, fn, name(what)), arr)
+    peer, queue = _route(ptx.address_of(arr), pe, fn, name(what))
+    if peer != 0:
+        return ptx.ld_relaxed(peer, arr)
+    return nic.load(fn, name(what), pe, queue, arr)
 
 
 @jit
 def remote_rmw(fn, arr, pe, op, value, what, fetch):
-    return ptx.atomic(op, _reachable(ptx.address_of(arr), pe, fn, name(what)), arr, value)   # op: an RMW_* literal
+    peer, queue = _route(ptx.address_of(arr), pe, fn, name(what))
+    if peer != 0:
+        return ptx.atomic(op, peer, arr, value)   # op: an RMW_* literal
+    return nic.rmw(fn, pe, queue, arr, op, value, fetch)
 
 
 @jit
 def remote_compare_swap(fn, arr, pe, cond, value, what):
-    return ptx.atomic_cas(_reachable(ptx.address_of(arr), pe, fn, name(what)), arr, cond, value)
+    peer, queue = _route(ptx.address_of(arr), pe, fn, name(what))
+    if peer != 0:
+        return ptx.atomic_cas(peer, arr, cond, value)
+    return nic.compare_swap(fn, pe, queue, arr, cond, value)
 
 
 @jit
 def remote_atomic_load(fn, arr, pe, what):
-    return ptx.ld_seq_cst(_reachable(ptx.address_of(arr), pe, fn, name(what)), arr)
+    peer, queue = _route(ptx.address_of(arr), pe, fn, name(what))
+    if peer != 0:
+        return ptx.ld_seq_cst(peer, arr)
+    return nic.atomic_load(fn, pe, queue, arr)
 
 
 # Memory ordering and atomics on this PE's memory ------------------------------------
@@ -387,7 +383,12 @@ def fence(typingctx, fn):
     return types.void(fn), codegen
 
 
-quiet = fence   # every store to a peer is issued at the call on the load/store path
+@jit
+def quiet(fn):
+    """The NIC's completions of everything this PE posted, then a full fence (every store
+    to a peer is issued at the call on the load/store path)."""
+    nic.quiet(fn)
+    fence(fn)
 
 
 @jit
@@ -461,17 +462,6 @@ def group_sync(typingctx, scope, fn):
 def compare(typingctx, value, cmp, target):
     """``value <cmp> target`` in ``value``'s own type (``_cuda_ir.compare_codegen``)."""
     return types.boolean(value, cmp, target), compare_codegen
-
-
-@intrinsic
-def _timed_out(typingctx, started):
-    """Back off (``nanosleep``); True once PGAS_TIMEOUT has passed since ``started``."""
-    def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        ptx.inline_asm(builder, "nanosleep.u32 200;", "~{memory}", ir.VoidType(), [])
-        now = ptx.read_globaltimer(builder)
-        return builder.icmp_signed(">", builder.sub(now, args[0]), _load_state(builder, i64(_TIMEOUT_NS)))
-    return types.boolean(types.int64), codegen
 
 
 @jit

@@ -30,7 +30,7 @@ from ._cuda_ir import constant_text
 
 __all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "flat_codegen", "view_at",
            "array_at", "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "cast_like", "globaltimer",
-           "read_globaltimer", "string_argument", "word_argument", "call_record_error"]
+           "read_globaltimer", "string_argument", "word_argument", "record_library", "call_record_error"]
 
 _I64 = ir.IntType(64)
 _REGISTER = {8: "h", 16: "h", 32: "r", 64: "l"}
@@ -336,7 +336,7 @@ def _record_error_body(context, function):
 _record_libraries: dict = {}   # codegen -> the library holding pgas_record_error
 
 
-def _record_library(context, fnty):
+def record_library(context, fnty):
     """The one code library that defines ``pgas_record_error``: every kernel links it,
     rather than each helper's module carrying (and NVVM reading) a copy of its body."""
     codegen = context.codegen()
@@ -356,5 +356,5 @@ def call_record_error(builder, context, arguments):
     """Call ``pgas_record_error`` (``noinline``, so a failure site costs a call) with its
     arguments (see ``_record_error_body``)."""
     fnty = ir.FunctionType(ir.VoidType(), [a.type for a in arguments])
-    context.active_code_library.add_linking_library(_record_library(context, fnty))
+    context.active_code_library.add_linking_library(record_library(context, fnty))
     builder.call(cgutils.get_or_insert_function(builder.module, fnty, "pgas_record_error"), arguments)

@@ -157,6 +157,17 @@ def named_unknown_op(team, dest, src):
     dev.reduce(team, dest, src, "avg")
 
 
+def remote_ops(dest, src, fdest, pe, out):
+    """What may go through the NIC to a PE on another node (the route is chosen at run time)."""
+    dev.p(dest, 7, pe)
+    out[0] = dev.g(src, pe)
+    dev.put(dest, src, pe)
+    dev.iget(dest, src, 2, 2, 3, pe)
+    out[1] = dev.atomic_fetch_add(dest, 1, pe)
+    dev.atomic_add(fdest, 1.5, pe)
+    dev.quiet()
+
+
 def wait_any_of(ivars, status, out):
     out[0] = dev.wait_until_any(ivars, status, dev.CMP_EQ, 1)
 
@@ -177,6 +188,7 @@ def ptx_kernels():
     yield "half_reductions", half_reductions, (types.int64, types.float16[::1], types.float16[::1])
     yield "named_reductions", named_reductions, (types.int64, types.float32[::1], types.float32[::1])
     yield "wait_until_any", wait_any_of, (i64, types.int32[::1], i64)
+    yield "remote_ops", remote_ops, (i64, i64, f32, types.int32, i64)
 
 
 def host_operation_kernels():
