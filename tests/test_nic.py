@@ -258,3 +258,115 @@ def test_load_many_threads_small_puts_and_atomics_across_nodes(clean_shm, transp
                    options=["--pes-per-node", "2"], env={"PGAS_REMOTE_TRANSPORT": transport}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("checksums ok, nothing lost or duplicated") == 4, proc.stdout
+
+
+WINDOWED = r"""
+import collections
+import numpy as np
+import pgas, pgas.device as dev
+from numba import cuda
+from pgas.host import _mlx5 as mlx5
+from pgas.host._memory import as_ndarray
+from pgas.host._runtime import runtime
+
+
+class CopyingWindow:
+    '''What the cuda backend's window on GPU memory does (copies out and in, atomics applied
+    on the device with mlx5.atomic_result), over this PE's heap.'''
+
+    def __init__(self, view):
+        self.view, self.calls = view, collections.Counter()
+
+    def read(self, offset, nbytes):
+        self.calls["read"] += 1
+        return self.view[offset:offset + nbytes].copy()
+
+    def write(self, offset, data):
+        self.calls["write"] += 1
+        self.view[offset:offset + data.size] = data
+
+    def atomic(self, offset, opcode, operands, size):
+        self.calls["atomic"] += 1
+        word = self.view[offset:offset + size].view(np.uint32 if size == 4 else np.uint64)
+        old = int(word[0])
+        with np.errstate(over="ignore"):
+            new, changes = mlx5.atomic_result(opcode, size, *operands, old)
+        if changes:
+            word[0] = new
+        return old
+
+
+@cuda.jit
+def device_ops(words, w32, flag, other, out):
+    dev.p(flag, 7, other)
+    out[0] = dev.g(flag, other)
+    out[1] = dev.atomic_fetch_xor(words[2:], 0xF0F0, other)
+    out[2] = dev.atomic_fetch_and(w32, 0x0FF0, other)
+    out[3] = dev.atomic_compare_swap(words[3:], 0, 41, other)
+    dev.quiet()
+
+
+pgas.init()
+me, other = pgas.my_pe(), 1 - pgas.my_pe()
+region = runtime("test").transports.heap_region
+window = CopyingWindow(region.view)
+region.window, region.view = window, None          # the NIC reaches this heap only through copies
+big, src = pgas.zeros(20000, np.int64), pgas.zeros(20000, np.int64)    # 160 KB: sent on its own
+words, w32, flag = pgas.zeros(8, np.int64), pgas.full(2, 0x3333, np.int32), pgas.zeros(1, np.int64)
+as_ndarray(src, "t", "src")[:] = np.arange(20000) + 1000 * me
+as_ndarray(words, "t", "words")[2] = 0xFFFF
+pgas.barrier_all()
+pgas.put(big, src, other)                        # both ends windowed: read out here, written in there
+small = pgas.zeros(3, np.int64)
+pgas.get(small, src[5:8], other)
+assert as_ndarray(small, "t", "small").tolist() == [i + 1000 * other for i in (5, 6, 7)]
+assert pgas.atomic_fetch_add(words[:1], 5, other) == 0
+assert pgas.atomic_fetch_add(words[:1], 5, other) == 5
+assert pgas.atomic_compare_swap(words[1:2], 0, 9, other) == 0
+out = pgas.zeros(4, np.int64)
+device_ops[1, 1](words, w32, flag, other, out)
+cuda.synchronize()
+assert as_ndarray(out, "t", "out").tolist() == [7, 0xFFFF, 0x3333, 0], as_ndarray(out, "t", "out")
+pgas.barrier_all()
+assert (as_ndarray(big, "t", "big") == np.arange(20000) + 1000 * other).all()
+assert as_ndarray(words, "t", "words")[:4].tolist() == [10, 9, 0xFFFF ^ 0xF0F0, 41]
+assert as_ndarray(w32, "t", "w32").tolist() == [0x3333 & 0x0FF0, 0x3333]
+assert window.calls["read"] and window.calls["write"] and window.calls["atomic"] >= 6, window.calls
+pgas.finalize()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("transport", ["ibgda", "proxy"])
+def test_a_heap_the_nic_reaches_only_through_copies_takes_every_request(tmp_path, clean_shm, transport):
+    """GPU memory has no view in the NIC thread: its region's window copies bytes out and
+    in and applies atomics on the device (the cuda backend's ``_gpu_nic``). Here a window
+    over host memory takes the same calls: large and small puts and gets, p and g, and the
+    plain and masked atomics, 4 and 8 bytes, at both ends."""
+    script = tmp_path / "windowed.py"
+    script.write_text(WINDOWED)
+    proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"],
+                   env={"PGAS_REMOTE_TRANSPORT": transport})
+    assert proc.returncode == 0, proc.stderr
+    assert pe_lines(proc) == ["[0] ok", "[1] ok"]
+
+
+@pytest.mark.parametrize("opcode,size,operands,old,expected", [
+    (mlx5.OP_ATOMIC_FA, 8, (5, 0, 0, 0), 2 ** 64 - 2, (3, True)),
+    (mlx5.OP_ATOMIC_CS, 8, (9, 4, 0, 0), 4, (9, True)),
+    (mlx5.OP_ATOMIC_CS, 8, (9, 4, 0, 0), 5, (5, False)),
+    (mlx5.OP_MASKED_FA, 4, (0x01010101, 0x80808080, 0, 0), 0xFFFF00FF, (0x00000100, True)),   # bytes: no carries
+    (mlx5.OP_MASKED_FA, 8, (3, 0, 0, 0), 7, (10, True)),
+    (mlx5.OP_MASKED_CS, 4, (0xAB00, 0x0012, 0xFF00, 0x00FF), 0x3412, (0xAB12, True)),
+    (mlx5.OP_MASKED_CS, 4, (0xAB00, 0x0013, 0xFF00, 0x00FF), 0x3412, (0x3412, False)),
+    (mlx5.OP_MASKED_CS, 8, (0, 0, 0xF0, 0), 0xFF, (0x0F, True)),                            # and
+])
+def test_the_value_an_mlx5_atomic_leaves(opcode, size, operands, old, expected):
+    """``atomic_result``, which the cuda backend's NIC runs on GPU memory: plain Python here,
+    and compiled by numba (as the GPU kernel does) with the same answers."""
+    from numba import njit
+    with np.errstate(over="ignore"):
+        new, changes = mlx5.atomic_result(opcode, size, *operands, old)
+    assert (int(new), changes) == expected
+    compiled = njit(mlx5.atomic_result)(opcode, size, *(np.uint64(o) for o in operands), np.uint64(old))
+    assert (int(compiled[0]), compiled[1]) == expected

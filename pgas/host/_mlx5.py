@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["BB", "OP_RDMA_WRITE", "OP_RDMA_READ", "OP_ATOMIC_CS", "OP_ATOMIC_FA", "OP_MASKED_CS",
-           "OP_MASKED_FA", "OPMOD_EXT_ATOMIC_4", "OPMOD_EXT_ATOMIC_8", "CQ_UPDATE", "MAX_INLINE",
+           "OP_MASKED_FA", "atomic_result", "OPMOD_EXT_ATOMIC_4", "OPMOD_EXT_ATOMIC_8", "CQ_UPDATE", "MAX_INLINE",
            "SYNDROME_LOCAL_PROT", "SYNDROME_REMOTE_INVALID", "SYNDROME_REMOTE_ACCESS", "SYNDROMES",
            "CQE_REQ", "CQE_REQ_ERR", "Wqe", "write_wqe", "read_wqe", "write_cqe", "read_cqe", "empty_cq",
            "write_collapsed_cqe", "refusal", "read_wqes", "WQE_FIELDS",
@@ -284,3 +284,33 @@ def refusal(fn: str, what: str, pe: int, raddr: int, nbytes: int, syndrome: int)
     """The error text of a refused request: the operation, the PE, the address, the reason."""
     reason = SYNDROMES.get(syndrome, f"syndrome {syndrome:#x}")
     return f"{fn}: the NIC refused the {what} to PE {pe} at address {raddr:#x} ({nbytes} bytes): {reason}"
+
+
+def atomic_result(opcode, size, o0, o1, o2, o3, old):
+    """(the value, whether it changes) that ``size`` (4 or 8) bytes holding ``old`` take
+    under mlx5 atomic ``opcode`` with operands ``o0..o3`` (its atomic segment's words: add
+    and field boundaries; swap, compare and their masks). Plain integer code, so the cuda
+    backend's NIC runs it in a compare-swap loop on GPU memory; the CPU path uses it for
+    the masked atomics that no single CPU atomic does."""
+    ones = np.uint64(0xFFFFFFFF) if size == 4 else np.uint64(0xFFFFFFFFFFFFFFFF)
+    old = np.uint64(old) & ones
+    if opcode == OP_ATOMIC_FA:
+        return (old + np.uint64(o0)) & ones, True
+    if opcode == OP_ATOMIC_CS:
+        if old == np.uint64(o1) & ones:
+            return np.uint64(o0) & ones, True
+        return old, False
+    if opcode == OP_MASKED_FA:          # add with carries stopped at the fields' top bits
+        add, boundary = np.uint64(o0) & ones, np.uint64(o1) & ones
+        result, low = np.uint64(0), np.uint64(0)     # low: the bits below the current field
+        for bit in range(8 * size):
+            if (boundary >> np.uint64(bit)) & np.uint64(1) or bit == 8 * size - 1:
+                mask = (np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(63 - bit)) ^ low
+                result |= ((old & mask) + (add & mask)) & mask
+                low |= mask
+        return result, True
+    swap, compare, swap_mask, compare_mask = (np.uint64(o0) & ones, np.uint64(o1) & ones, np.uint64(o2) & ones,
+                                              np.uint64(o3) & ones)
+    if (old ^ compare) & compare_mask:
+        return old, False
+    return (old & ~swap_mask & ones) | (swap & swap_mask), True

@@ -30,7 +30,8 @@ from .. import _cpu_atomics, _job
 from .._errors import PgasError, PgasTimeoutError
 from . import _mlx5 as mlx5
 
-__all__ = ["Nic", "MemoryRegion", "RemoteRegion", "QueuePair", "ACCESS_LOCAL", "ACCESS_REMOTE", "sleep_until"]
+__all__ = ["Nic", "MemoryRegion", "DeviceSpan", "RemoteRegion", "QueuePair", "ACCESS_LOCAL", "ACCESS_REMOTE",
+           "sleep_until"]
 
 ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_ATOMIC = 1, 2, 4, 8
 ACCESS_LOCAL = ACCESS_LOCAL_WRITE
@@ -55,7 +56,8 @@ _HEADER = 16                     # count, payload bytes (u8 each)
 @dataclass
 class MemoryRegion:
     """Registered memory [base, base + size). ``view`` (uint8) is how the NIC thread reaches
-    host memory; GPU memory is registered by its dma-buf (``dmabuf_fd``) and has no view."""
+    host memory; GPU memory is registered by its dma-buf (``dmabuf_fd``), has no view and
+    is reached through its ``window`` (copies and atomics by the GPU: ``_gpu_nic``)."""
 
     base: int
     size: int
@@ -64,14 +66,40 @@ class MemoryRegion:
     access: int
     view: np.ndarray | None = None
     dmabuf_fd: int | None = None
+    window: object = None
 
-    def slice(self, address: int, nbytes: int) -> np.ndarray | None:
-        """The bytes [address, address + nbytes) if all inside the region (and reachable
-        by the NIC thread), else None."""
+    def slice(self, address: int, nbytes: int):
+        """The bytes [address, address + nbytes) if all inside the region and reachable by
+        the NIC thread, else None: a view of host memory, or a ``DeviceSpan``."""
         offset = address - self.base
-        if self.view is None or nbytes < 0 or offset < 0 or offset + nbytes > self.size:
+        if nbytes < 0 or offset < 0 or offset + nbytes > self.size:
             return None
-        return self.view[offset:offset + nbytes]
+        if self.view is not None:
+            return self.view[offset:offset + nbytes]
+        return None if self.window is None else DeviceSpan(self.window, offset, nbytes)
+
+
+@dataclass(frozen=True)
+class DeviceSpan:
+    """Bytes of a region that the NIC thread cannot load or store (GPU memory): its window
+    copies them (``read``/``write``) and applies atomics (``atomic``) on the device."""
+
+    window: object
+    offset: int
+    nbytes: int
+
+
+def _read(local) -> np.ndarray:
+    """A host array of the local bytes (a view of host memory, or a copy of device memory)."""
+    return local.window.read(local.offset, local.nbytes) if isinstance(local, DeviceSpan) else local
+
+
+def _write(local, data, address: int) -> None:
+    """Store ``data`` (uint8) over the local bytes at ``address``; aligned words whole."""
+    if isinstance(local, DeviceSpan):
+        local.window.write(local.offset, np.asarray(data, np.uint8))
+    else:
+        _word(local, address)[:] = _word(data, address)
 
 
 @dataclass(frozen=True)
@@ -159,10 +187,12 @@ class Nic:
         view = view.reshape(-1).view(np.uint8)
         return self._add(MemoryRegion(view.__array_interface__["data"][0], view.size, 0, 0, access, view=view))
 
-    def register_dmabuf(self, fd: int, base: int, size: int, access: int) -> MemoryRegion:
+    def register_dmabuf(self, fd: int, base: int, size: int, access: int, window=None) -> MemoryRegion:
         """Register GPU memory [base, base + size) exported as dma-buf ``fd``
-        (``ibv_reg_dmabuf_mr``); the region keeps the descriptor until it is deregistered."""
-        return self._add(MemoryRegion(base, size, 0, 0, access, dmabuf_fd=fd))
+        (``ibv_reg_dmabuf_mr``); the region keeps the descriptor until it is deregistered.
+        ``window``: how the NIC thread reaches it (``DeviceSpan``); without one, requests
+        naming it are refused."""
+        return self._add(MemoryRegion(base, size, 0, 0, access, dmabuf_fd=fd, window=window))
 
     def _add(self, region: MemoryRegion) -> MemoryRegion:
         region.lkey = self._fresh_key(self.regions)
@@ -330,9 +360,9 @@ class Nic:
                 if inline[i]:
                     payloads.append(wqes["inline_data"][i, :int(nbytes[i])].tobytes())
                 elif nbytes[i] <= PACK_LIMIT:
-                    payloads.append(batch.local[i].tobytes())
+                    payloads.append(_read(batch.local[i]).tobytes())
                 else:
-                    follow.append(batch.local[i])
+                    follow.append(_read(batch.local[i]))
                     flags[i] = _FOLLOWS
                     continue
                 flags[i] = _PACKED
@@ -379,14 +409,14 @@ class Nic:
             if wqes["opcode"][i] == mlx5.OP_RDMA_READ:
                 nbytes = int(wqes["nbytes"][i])
                 if nbytes <= PACK_LIMIT:
-                    local[:] = np.frombuffer(payload, np.uint8, nbytes, position)
+                    _write(local, np.frombuffer(payload, np.uint8, nbytes, position), 0)
                     position += nbytes
                 else:
-                    self._wait(self.comm.Irecv(local, source, _TAG_RESPONSE_DATA))
+                    self._receive(local, source, _TAG_RESPONSE_DATA)
             elif wqes["size"][i]:
                 # the NIC writes fetched atomic values in network byte order, as ConnectX does
                 size = int(wqes["size"][i])
-                local[:] = np.frombuffer(int(values[i]).to_bytes(8, "big")[8 - size:], np.uint8)
+                _write(local, np.frombuffer(int(values[i]).to_bytes(8, "big")[8 - size:], np.uint8), 0)
         for request in batch.data_sends:
             self._wait(request)
         self._write_cqes(batch, syndromes)
@@ -415,6 +445,13 @@ class Nic:
         """Wait for one MPI transfer that is already under way, yielding the core."""
         while not request.Test():
             time.sleep(0)
+
+    def _receive(self, local, source: int, tag: int) -> None:
+        """Receive a payload sent on its own into the local bytes (device memory: through a host buffer)."""
+        buffer = np.empty(local.nbytes, np.uint8) if isinstance(local, DeviceSpan) else local
+        self._wait(self.comm.Irecv(buffer, source, tag))
+        if buffer is not local:
+            _write(local, buffer, 0)
 
     # Responder side -------------------------------------------------------------------
 
@@ -477,19 +514,19 @@ class Nic:
         if opcode == mlx5.OP_RDMA_WRITE:
             target = self._target(packet, length, ACCESS_REMOTE_WRITE)
             if incoming is None:       # the payload follows in its own message: take it even if refused
-                sink = target if target is not None else np.empty(length, np.uint8)
-                self._wait(self.comm.Irecv(sink, source, _TAG_REQUEST_DATA))
+                self._receive(target if target is not None else np.empty(length, np.uint8), source,
+                              _TAG_REQUEST_DATA)
             elif target is not None:
-                _word(target, int(packet["raddr"]))[:] = _word(incoming, int(packet["raddr"]))
+                _write(target, incoming, int(packet["raddr"]))
             return (0 if target is not None else mlx5.SYNDROME_REMOTE_ACCESS), 0
         if opcode == mlx5.OP_RDMA_READ:
             target = self._target(packet, length, ACCESS_REMOTE_READ)
             if target is None:
                 return mlx5.SYNDROME_REMOTE_ACCESS, 0
             if length <= PACK_LIMIT:
-                out.append(_word(target, int(packet["raddr"])).tobytes())
+                out.append(_word(_read(target), int(packet["raddr"])).tobytes())
             else:
-                large.append(target.copy())   # a snapshot: later requests may change the bytes
+                large.append(np.array(_read(target)))   # a snapshot: later requests may change the bytes
             return 0, 0
         size = {mlx5.OP_ATOMIC_CS: 8, mlx5.OP_ATOMIC_FA: 8}.get(opcode)
         if size is None and opcode in (mlx5.OP_MASKED_CS, mlx5.OP_MASKED_FA):
@@ -499,8 +536,10 @@ class Nic:
         target = self._target(packet, size, ACCESS_REMOTE_ATOMIC)
         if target is None:
             return mlx5.SYNDROME_REMOTE_ACCESS, 0
-        word = target.view(np.uint32 if size == 4 else np.uint64)
-        return 0, apply_atomic(word, opcode, [int(x) for x in packet["operands"]], size)
+        operands = [int(x) for x in packet["operands"]]
+        if isinstance(target, DeviceSpan):
+            return 0, target.window.atomic(target.offset, opcode, operands, size)
+        return 0, apply_atomic(target.view(np.uint32 if size == 4 else np.uint64), opcode, operands, size)
 
 
 def sleep_until(fn: str, timeout: float, done, waiting_for, nic: Nic, block) -> None:
@@ -557,7 +596,7 @@ def apply_atomic(word: np.ndarray, opcode: int, operands: list, size: int) -> in
             return int(_cpu_atomics.rmw(word, "add", add, fn, what))
         if boundary == ones:          # every bit a field of its own: addition without carries
             return int(_cpu_atomics.rmw(word, "xor", add, fn, what))
-        return _cas_loop(word, lambda old: _fielded_add(old, add, boundary, size), fn, what)
+        return _cas_loop(word, opcode, operands, size, fn, what)
     swap, compare, swap_mask, compare_mask = (x & ones for x in operands)
     if compare_mask == 0:
         if swap_mask == ones:
@@ -568,32 +607,18 @@ def apply_atomic(word: np.ndarray, opcode: int, operands: list, size: int) -> in
             return int(_cpu_atomics.rmw(word, "and", ones & ~swap_mask, fn, what))
     if compare_mask == ones and swap_mask == ones:
         return int(_cpu_atomics.compare_swap(word, compare, swap, fn, what))
-
-    def masked(old):
-        if (old ^ compare) & compare_mask:
-            return None
-        return (old & ~swap_mask & ones) | (swap & swap_mask)
-    return _cas_loop(word, masked, fn, what)
+    return _cas_loop(word, opcode, operands, size, fn, what)
 
 
-def _fielded_add(old: int, add: int, boundary: int, size: int) -> int:
-    """Add ``add`` to ``old`` with carries stopped at the fields whose top bit ``boundary`` marks."""
-    result, start = 0, 0
-    for bit in range(8 * size):
-        if boundary >> bit & 1 or bit == 8 * size - 1:
-            mask = ((1 << (bit + 1)) - 1) ^ ((1 << start) - 1)
-            result |= ((old & mask) + (add & mask)) & mask
-            start = bit + 1
-    return result
-
-
-def _cas_loop(word: np.ndarray, new_value, fn: str, what: str) -> int:
+def _cas_loop(word: np.ndarray, opcode: int, operands: list, size: int, fn: str, what: str) -> int:
+    """A masked atomic no single CPU atomic does: compare-and-swap from what ``mlx5.atomic_result`` says."""
     old = int(_cpu_atomics.load_acquire(word, fn, what))
     while True:
-        new = new_value(old)
-        if new is None:
+        with np.errstate(over="ignore"):        # a field's sum wraps, as on the NIC
+            new, changes = mlx5.atomic_result(opcode, size, *operands, old)
+        if not changes:
             return old
-        seen = int(_cpu_atomics.compare_swap(word, old, new, fn, what))
+        seen = int(_cpu_atomics.compare_swap(word, old, int(new), fn, what))
         if seen == old:
             return old
         old = seen
