@@ -26,7 +26,8 @@ import numpy as np
 from ._constants import CMP_NAMES
 from ._errors import PgasError, PgasTimeoutError, PgasValueError
 
-__all__ = ["KINDS", "KIND", "TIMEOUT", "BARRIER_TIMEOUT", "SET_TIMEOUT", "device_error", "timeout_error",
+__all__ = ["KINDS", "KIND", "NIC_KINDS", "NOT_REGISTERED", "NIC_WIDE", "NIC_REFUSED", "NIC_TIMEOUT", "UNREACHABLE_WHY",
+           "REDUCTIONS_IN_PLACE", "TIMEOUT", "BARRIER_TIMEOUT", "SET_TIMEOUT", "device_error", "timeout_error",
            "value_waited_for", "ivar_waited_for", "arrivals_waited_for", "from_record", "RECORD_WORDS", "FN_BYTES",
            "WHAT_BYTES", "WHY_BYTES", "TEXT_WORD", "MAILBOX_BYTES"]
 
@@ -54,17 +55,26 @@ KINDS = {
     12: ("SIGNAL", PgasValueError, "{fn}: signal must be a non-empty uint64 (or int64) symmetric array, got {why} "
                                    "with {a} elements"),
     15: ("NEGATIVE_STRIDE", PgasValueError, "{fn}: {what} stride must be a non-negative integer, got {a}"),
-    19: ("NOT_REGISTERED", PgasValueError, "{fn}: {what} (address {b:#x}, {c} bytes) is not in the symmetric heap; "
-                                           "the NIC reaches PE {a} on another node and reads or writes only "
-                                           "registered memory: use a symmetric array"),
-    20: ("NIC_WIDE", PgasValueError, "{fn}: {what} has {a}-byte elements; a single element to or from PE {b} on "
-                                     "another node travels in 8 bytes: use put or get"),
 }
 KIND = {name: kind for kind, (name, _, _) in KINDS.items()}
+# what only the cuda backend's NIC path records (the simulator's NIC path registers any
+# local memory for a call, and moves wider single elements as copies)
+NOT_REGISTERED, NIC_WIDE = 19, 20
+NIC_KINDS = {
+    NOT_REGISTERED: ("NOT_REGISTERED", PgasValueError,
+                     "{fn}: {what} (address {b:#x}, {c} bytes) is not in the symmetric heap; the NIC reaches "
+                     "PE {a} on another node and reads or writes only registered memory: use a symmetric array"),
+    NIC_WIDE: ("NIC_WIDE", PgasValueError, "{fn}: {what} has {a}-byte elements; a single element to or from PE {b} "
+                                           "on another node travels in 8 bytes: use put or get"),
+}
+# why a PE on another node is unreachable: no NIC queue to it (the device and the host say the same)
+UNREACHABLE_WHY = "the cuda backend reaches other nodes only through ibgda (PGAS_REMOTE_TRANSPORT=ibgda)"
+# why a device reduction refuses a member on another node (cuda)
+REDUCTIONS_IN_PLACE = "device reductions on the cuda backend read each member's data in place, within a node"
 
 
 def _describe(kind: int, fn: str, what: str, why: str, a, b, c) -> PgasError:
-    _, cls, text = KINDS[kind]
+    _, cls, text = KINDS[kind] if kind in KINDS else NIC_KINDS[kind]
     need = (b - 1) * c + 1 if kind == KIND["COPY_FITS"] else None
     return cls(text.format(fn=fn, what=what, why=why, a=a, b=b, c=c, need=need))
 
@@ -149,7 +159,7 @@ def from_record(words: np.ndarray, timeout: float) -> PgasError | None:
     elif kind == NIC_TIMEOUT:
         error = timeout_error(fn, timeout, f"room in the send queue to PE {a}" if b == 0 else
                               f"the NIC to complete the requests to PE {a}")
-    elif kind in KINDS:
+    elif kind in KINDS or kind in NIC_KINDS:
         error = _describe(kind, fn, what, why, a, b, c)
     else:
         return PgasError(f"a device check on PE {pe} failed with an unknown error kind {kind}")

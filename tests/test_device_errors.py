@@ -19,6 +19,7 @@ from conftest import PE_DIR, pgasrun
 from pgas import _checks, _device_errors, _waiting
 from pgas._device_errors import FN_BYTES, KIND, RECORD_WORDS, TEXT_WORD, WHAT_BYTES, from_record
 from pgas.device import _sim
+from pgas.host import _mlx5 as mlx5
 from pgas.host._team_table import team_of
 from pgas.host._transport import Transports
 
@@ -68,7 +69,7 @@ CASES = {
                         ("pgas.device.iput", np.zeros(4), "dest", -2, np.zeros(9), "src", 1, 2)),
     "SIGNAL": (dict(what="signal", why="uint64"), _checks.check_signal,
                ("pgas.device.signal_op", np.zeros(0, np.uint64))),
-    "UNREACHABLE": (dict(what="dest", a=3), Transports._remote,
+    "UNREACHABLE": (dict(what="dest", why=_device_errors.UNREACHABLE_WHY, a=3), Transports._remote,
                     (SimpleNamespace(kinds={3: "unreachable"}), "pgas.device.put", 3)),
     "TEAM": (dict(what="team", a=7, b=1), team_of, (FakeRuntime(), 7, "pgas.device.barrier")),
 }
@@ -146,3 +147,26 @@ def test_a_failing_kernel_ends_the_run_with_the_checks_error(case, clean_shm):
     assert proc.returncode == 1, output[-3000:]
     assert re.search(pattern, output), output[-3000:]
     assert "did not fail" not in output
+
+
+def test_what_only_the_cuda_nic_path_records():
+    """The NIC path's records (``device/_cuda_nic``): a refused WQE reads as the simulator's
+    refusal (``_ibgda``: the operation's name, the PE, the address, the byte count, the
+    reason), then the cuda-only kinds."""
+    write = mlx5.OP_RDMA_WRITE | 64 << 16 | mlx5.SYNDROME_REMOTE_ACCESS << 56
+    error = from_record(record(_device_errors.NIC_REFUSED, "pgas.device.put", a=1, b=0x7F00_0000_1000, c=write), 5.0)
+    expected = mlx5.refusal("pgas.device.put", mlx5.OPCODE_NAMES[mlx5.OP_RDMA_WRITE], 1, 0x7F00_0000_1000, 64,
+                            mlx5.SYNDROME_REMOTE_ACCESS)
+    assert type(error) is pgas.PgasError and str(error) == on_gpu(expected)
+    add4 = mlx5.OP_MASKED_FA | mlx5.OPMOD_EXT_ATOMIC_4 << 8 | mlx5.SYNDROME_REMOTE_INVALID << 56
+    error = from_record(record(_device_errors.NIC_REFUSED, "pgas.device.atomic_add", a=2, b=0x1004, c=add4), 5.0)
+    assert str(error) == on_gpu(mlx5.refusal("pgas.device.atomic_add", mlx5.OPCODE_NAMES[mlx5.OP_MASKED_FA], 2,
+                                             0x1004, 4, mlx5.SYNDROME_REMOTE_INVALID))
+    error = from_record(record(_device_errors.NIC_TIMEOUT, "pgas.device.quiet", a=3, b=1), 5.0)
+    assert isinstance(error, pgas.PgasTimeoutError)
+    assert "waited PGAS_TIMEOUT=5 s for the NIC to complete the requests to PE 3" in str(error)
+    error = from_record(record(_device_errors.NOT_REGISTERED, "pgas.device.put", "src", a=1, b=0x5000, c=64), 5.0)
+    assert isinstance(error, pgas.PgasValueError) and "src (address 0x5000, 64 bytes) is not in the symmetric heap" \
+        in str(error) and "PE 1 on another node" in str(error)
+    error = from_record(record(_device_errors.NIC_WIDE, "pgas.device.p", "dest", a=16, b=1), 5.0)
+    assert "dest has 16-byte elements" in str(error) and "PE 1" in str(error)

@@ -35,3 +35,71 @@ def test_put_bandwidth_benchmark_runs():
     proc = pgasrun(2, "python", "-m", "pgas.bench", "put_bw", env=CUDA, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "64 MiB" in proc.stdout
+
+
+ACROSS_NODES = r"""
+import numpy as np
+import pgas, pgas.device as dev
+from numba import cuda
+
+
+@cuda.jit
+def remote_ops(big, src, words, w32, f64, flag, other, out):
+    dev.p(flag, 7, other)
+    dev.quiet()
+    out[0] = dev.g(flag, other)
+    dev.put(big, src, other)                       # one RDMA write
+    dev.iput(big[1000:], src, 2, 1, 10, other)     # one per element
+    out[1] = dev.atomic_fetch_add(words, 5, other)
+    out[2] = dev.atomic_fetch_xor(words[1:], 0xF0, other)
+    out[3] = dev.atomic_fetch_and(w32, 0x0F, other)
+    out[4] = dev.atomic_compare_swap(words[2:], 0, 41, other)
+    dev.atomic_add(f64, 1.5, other)
+    dev.signal_op(words[3:], 9, dev.SIGNAL_SET, other)
+    dev.barrier_all()
+
+
+pgas.init()
+me, other = pgas.my_pe(), 1 - pgas.my_pe()
+assert pgas.info()["transports"][other] == "ibgda", pgas.info()["transports"]
+big, src = pgas.zeros(4096, np.int64), pgas.zeros(4096, np.int64)
+src.copy_to_device(np.arange(4096, dtype=np.int64) + 10000 * me)
+words, w32, f64, flag = (pgas.zeros(4, np.int64), pgas.full(1, 0x33, np.int32), pgas.zeros(1, np.float64),
+                         pgas.zeros(1, np.int64))
+out = cuda.to_device(np.zeros(5, np.int64))
+pgas.barrier_all()
+remote_ops[1, 1](big, src, words, w32, f64, flag, other, out)
+cuda.synchronize()
+assert out.copy_to_host().tolist() == [7, 0, 0, 0x33, 0], out.copy_to_host()
+expected = np.arange(4096) + 10000 * other
+expected[1000:1020:2] = np.arange(10) + 10000 * other
+assert (big.copy_to_host() == expected).all()
+assert words.copy_to_host().tolist() == [5, 0xF0, 41, 9] and w32.copy_to_host()[0] == 0x33 & 0x0F
+assert f64.copy_to_host()[0] == 1.5
+assert pgas.atomic_fetch_add(words[:1], 1, other) == 5          # host atomics: a kernel on the NIC path
+pgas.barrier_all()
+dest = pgas.zeros(2, np.int64)
+pgas.fcollect(pgas.TEAM_WORLD, dest, words[:1])                # device collective over the NIC
+assert dest.copy_to_host().tolist() == [6, 6], dest.copy_to_host()
+for call in (lambda: pgas.put(big, src, other), lambda: pgas.sum_reduce(pgas.TEAM_WORLD, dest[:1], words[:1])):
+    try:
+        call()
+        raise AssertionError("must be refused")
+    except pgas.PgasError as e:
+        assert "another node" in str(e), e
+pgas.finalize()
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+def test_device_operations_across_nodes_go_through_the_gpu_initiated_nic_path(tmp_path):
+    """Two PEs as two nodes (sharing the GPU): device threads post their own WQEs to the
+    emulated NIC (``device/_cuda_nic``), which reaches the GPU heaps through copies and
+    its atomic kernel (``host/_gpu_nic``)."""
+    script = tmp_path / "across_nodes.py"
+    script.write_text(ACROSS_NODES)
+    proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"], env=CUDA,
+                   timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert sorted(line for line in proc.stdout.splitlines() if line.endswith("ok")) == ["[0] ok", "[1] ok"]

@@ -119,7 +119,9 @@ def fake(monkeypatch):
 @pytest.fixture
 def fake_runtime(monkeypatch, fake):
     """A runtime whose heap holds the internal stream (what ``_gpu_ops`` reads)."""
-    rt = SimpleNamespace(heap=SimpleNamespace(stream=INTERNAL, reachable=lambda pe: pe < 2), on_gpu=True, n_pes=1)
+    rt = SimpleNamespace(heap=SimpleNamespace(stream=INTERNAL, reachable=lambda pe: pe < 2), on_gpu=True, n_pes=1,
+                         transports=SimpleNamespace(kinds=["self", "p2p", "unreachable", "unreachable"],
+                                                    gpu_queues=None))
     monkeypatch.setattr(_runtime, "_runtime", rt)
     return rt
 
@@ -318,3 +320,13 @@ def test_host_atomics_run_the_device_atomic_and_fetch_its_value(fake_runtime, fa
     _gpu_ops.atomic("atomic_inc", 0, False, dest, 0, 1, 0, None, "f")
     assert fake.calls[-1] == ("cuStreamSynchronize", (INTERNAL,))
     assert kernels == [("atomic_fetch_add", 1, True), ("atomic_inc", 0, False), ("atomic_inc", 0, False)]
+
+
+def test_a_device_reduction_with_a_member_on_another_node_is_refused_before_any_kernel(fake_runtime, fake,
+                                                                                        monkeypatch):
+    """Device reductions read every member's data in place (no NIC path): refused here, since
+    the device's check would trap."""
+    monkeypatch.setattr(_gpu_ops, "_collective_kernel", lambda name: _RecordedKernel(fake))
+    with pytest.raises(pgas.PgasError, match=r"pgas.sum_reduce: PE 2 is on another node and device reductions"):
+        _gpu_ops.collective("sum_reduce", 0, np.zeros(1), np.zeros(1), pes=(0, 2), stream=None, fn="pgas.sum_reduce")
+    assert fake.calls == []

@@ -25,8 +25,8 @@ class _Nic:
         self.peers, self.failure, self.rings = [1], None, []
         self.remote = [None, RemoteRegion(0x7000_0000_0000, 1 << 20, RKEY)]
 
-    def create_qp(self, peer, collapsed=False):
-        return QueuePair(qpn=0x1A2B3, peer=peer, collapsed=collapsed)
+    def create_qp(self, peer, collapsed=False, allocate=np.zeros):
+        return QueuePair(qpn=0x1A2B3, peer=peer, collapsed=collapsed, allocate=allocate)
 
     def register(self, view, access):
         return MemoryRegion(view.__array_interface__["data"][0], view.size, 0x5EED, 0, access, view=view)

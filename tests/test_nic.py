@@ -167,8 +167,13 @@ print("ok")
 
 @pytest.mark.parametrize("transport", ["ibgda", "proxy"])
 def test_forged_and_out_of_range_requests_are_refused(tmp_path, clean_shm, transport):
-    script = tmp_path / "forged.py"
-    script.write_text(FORGED)
+    _both_ok_as_two_nodes(tmp_path, FORGED, transport)
+
+
+def _both_ok_as_two_nodes(tmp_path, program: str, transport: str) -> None:
+    """Run ``program`` on 2 PEs, one per node, over ``transport``: each prints ok."""
+    script = tmp_path / "program.py"
+    script.write_text(program)
     proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"],
                    env={"PGAS_REMOTE_TRANSPORT": transport})
     assert proc.returncode == 0, proc.stderr
@@ -343,12 +348,7 @@ def test_a_heap_the_nic_reaches_only_through_copies_takes_every_request(tmp_path
     in and applies atomics on the device (the cuda backend's ``_gpu_nic``). Here a window
     over host memory takes the same calls: large and small puts and gets, p and g, and the
     plain and masked atomics, 4 and 8 bytes, at both ends."""
-    script = tmp_path / "windowed.py"
-    script.write_text(WINDOWED)
-    proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"],
-                   env={"PGAS_REMOTE_TRANSPORT": transport})
-    assert proc.returncode == 0, proc.stderr
-    assert pe_lines(proc) == ["[0] ok", "[1] ok"]
+    _both_ok_as_two_nodes(tmp_path, WINDOWED, transport)
 
 
 @pytest.mark.parametrize("opcode,size,operands,old,expected", [

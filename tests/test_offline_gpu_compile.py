@@ -236,3 +236,13 @@ def test_the_nic_path_posts_and_polls_with_system_scope_ptx(report):
         atoms = re.findall(r"atom\.[\w.]+", _function(ptx, name))
         assert all(".sys." in a for a in atoms), (name, atoms)
     assert report["cubin_bytes"]["p[int64]"] > 0 and report["cubin_bytes"]["atomic_fetch_add[int64]"] > 0  # ptxas too
+
+
+def test_the_nic_applies_atomics_on_gpu_memory_with_system_scope_compare_swap(report):
+    """The emulated NIC's atomics on a GPU heap (``_gpu_nic``): a one-thread kernel, a
+    sequentially consistent system-scope compare-and-swap loop on 4- and 8-byte words."""
+    body = entry(report["ptx"]["nic_atomic"])
+    for width in (32, 64):
+        assert re.search(rf"fence\.sc\.sys;\s*atom\.acquire\.sys\.cas\.b{width}", body), width
+        assert f"ld.relaxed.sys.b{width}" in body
+    assert all(".sys." in a for a in re.findall(r"atom\.[\w.]+", body))

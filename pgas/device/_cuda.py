@@ -28,7 +28,7 @@ from numba.cuda.extending import intrinsic
 
 from .._constants import MAX_TEAMS
 from .._cpu_atomics import ORDERED_DTYPES
-from .._device_errors import BARRIER_TIMEOUT, KIND, SET_TIMEOUT, TIMEOUT
+from .._device_errors import BARRIER_TIMEOUT, KIND, REDUCTIONS_IN_PLACE, SET_TIMEOUT, TIMEOUT, UNREACHABLE_WHY
 from .._errors import PgasError
 from .._reductions import reduction_ufunc
 from . import _cuda_nic as nic
@@ -202,8 +202,7 @@ def _reachable(address, pe, fn, what):
     every member's data in place)."""
     peer = _peer_at(address, pe, fn)
     if peer == 0:
-        _fail(_UNREACHABLE, fn, what, "device reductions on the cuda backend read each member's data in place, "
-              "within a node", pe, 0, 0)
+        _fail(_UNREACHABLE, fn, what, REDUCTIONS_IN_PLACE, pe, 0, 0)
     return peer
 
 
@@ -216,8 +215,7 @@ def _route(address, pe, fn, what):
     if peer == 0:
         queue = nic.queue_to(pe)
         if queue == 0:
-            _fail(_UNREACHABLE, fn, what, "the cuda backend reaches other nodes only through ibgda "
-                  "(PGAS_REMOTE_TRANSPORT=ibgda)", pe, 0, 0)
+            _fail(_UNREACHABLE, fn, what, UNREACHABLE_WHY, pe, 0, 0)
     return peer, queue
 
 

@@ -37,7 +37,7 @@ from numba import types
 from numba.cuda import cgutils
 from numba.cuda.extending import intrinsic
 
-from .._device_errors import KIND, NIC_REFUSED, NIC_TIMEOUT
+from .._device_errors import NIC_REFUSED, NIC_TIMEOUT, NIC_WIDE, NOT_REGISTERED
 from .._ibgda_ir import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AMO_XOR, KIND_DATA, KIND_INLINE,
                          W, atomic_segments, define_post, define_progress, define_refused)
 from ..host import _mlx5 as mlx5
@@ -53,7 +53,6 @@ _DESCRIPTOR, _RKEY, _REMOTE_BASE, _CELLS_LKEY = range(len(ROW))
 _I1, _I8, _I16, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _TEXT = _I8.as_pointer()
 _REGISTER = {8: "h", 32: "r", 64: "l"}
-_NOT_REGISTERED, _NIC_WIDE = KIND["NOT_REGISTERED"], KIND["NIC_WIDE"]
 _WAITING_FOR_ROOM, _WAITING_FOR_COMPLETION = 0, 1
 _RMW_REQUEST = {RMW_ADD: AMO_ADD, RMW_AND: AMO_AND, RMW_OR: AMO_OR, RMW_XOR: AMO_XOR, RMW_XCHG: AMO_SWAP}
 
@@ -292,7 +291,7 @@ class _Library:
         with b.if_then(outside, likely=False):
             texts = [(self.context.insert_string_const_addrspace(b, t), _c(len(t))) for t in ("src", "dest")]
             what = [b.select(writes, texts[0][i], texts[1][i]) for i in range(2)]
-            self.fail(b, _NOT_REGISTERED, fn_text, what, pe, other, span)
+            self.fail(b, NOT_REGISTERED, fn_text, what, pe, other, span)
         opcode = b.select(writes, _I32(mlx5.OP_RDMA_WRITE), _I32(mlx5.OP_RDMA_READ))
         lkey = b.trunc(load_state(b, _c(_HEAP_LKEY)), _I32)
         zero = _c(0)
@@ -396,22 +395,18 @@ def _fn_text(context, builder, sig, args, k):
 
 def _bits(context, builder, dtype, value):
     """A value of ``dtype`` (up to 8 bytes) as the i64 its bits travel in."""
-    data = context.get_value_as_data(builder, dtype, value)
-    width = context.get_abi_sizeof(data.type) * 8
-    raw = data if isinstance(data.type, ir.IntType) else builder.bitcast(data, ir.IntType(width))
-    return builder.zext(raw, _I64) if width < 64 else raw
+    raw = ptx.to_bits(context, builder, dtype, value)
+    return builder.zext(raw, _I64) if raw.type.width < 64 else raw
 
 
 def _from_bits(context, builder, dtype, bits):
-    data_type = context.get_data_type(dtype)
-    width = context.get_abi_sizeof(data_type) * 8
-    raw = builder.trunc(bits, ir.IntType(width)) if width < 64 else bits
-    data = raw if isinstance(data_type, ir.IntType) else builder.bitcast(raw, data_type)
-    return context.get_data_as_value(builder, dtype, data)
+    """The value of ``dtype`` whose bits are the low bits of i64 ``bits``."""
+    width = max(ptx.width_of(context, dtype), 16)      # 8-bit values travel in 16-bit registers
+    return ptx.from_bits(context, builder, dtype, builder.trunc(bits, ir.IntType(width)) if width < 64 else bits)
 
 
 def _itemsize(context, dtype) -> int:
-    return context.get_abi_sizeof(context.get_data_type(dtype))
+    return ptx.width_of(context, dtype) // 8
 
 
 def _refuse_wide(context, builder, dtype, fn_text, what_text, pe) -> bool:
@@ -421,7 +416,7 @@ def _refuse_wide(context, builder, dtype, fn_text, what_text, pe) -> bool:
     if size <= 8:
         return False
     ptx.call_record_error(builder, context, [load_state(builder, _c(_MAILBOX)), load_state(builder, _c(_MY_PE)),
-                                             _c(_NIC_WIDE), *fn_text, *what_text, ir.Constant(_TEXT, None), _c(0),
+                                             _c(NIC_WIDE), *fn_text, *what_text, ir.Constant(_TEXT, None), _c(0),
                                              _c(size), pe, _c(0)])
     return True
 

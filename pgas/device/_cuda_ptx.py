@@ -30,7 +30,8 @@ from ._cuda_ir import constant_text
 
 __all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "flat_codegen", "view_at",
            "array_at", "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "cast_like", "globaltimer",
-           "read_globaltimer", "string_argument", "word_argument", "record_library", "call_record_error"]
+           "read_globaltimer", "string_argument", "word_argument", "record_library", "call_record_error",
+           "width_of", "to_bits", "from_bits"]
 
 _I64 = ir.IntType(64)
 _REGISTER = {8: "h", 16: "h", 32: "r", 64: "l"}
@@ -42,20 +43,20 @@ def inline_asm(builder, text, constraints, ret, args):
     return builder.call(ir.InlineAsm(fnty, text, constraints, side_effect=True), args)
 
 
-def _width(context, dtype) -> int:
+def width_of(context, dtype) -> int:
     return context.get_abi_sizeof(context.get_data_type(dtype)) * 8
 
 
-def _to_bits(context, builder, dtype, value):
+def to_bits(context, builder, dtype, value):
     """``value`` of ``dtype`` as the integer register its bits travel in."""
-    width = _width(context, dtype)
+    width = width_of(context, dtype)
     data = context.get_value_as_data(builder, dtype, value)
     bits = data if isinstance(data.type, ir.IntType) else builder.bitcast(data, ir.IntType(width))
     return builder.zext(bits, ir.IntType(16)) if width == 8 else bits
 
 
-def _from_bits(context, builder, dtype, bits):
-    width = _width(context, dtype)
+def from_bits(context, builder, dtype, bits):
+    width = width_of(context, dtype)
     if width == 8:
         bits = builder.trunc(bits, ir.IntType(8))
     data_type = context.get_data_type(dtype)
@@ -163,10 +164,10 @@ def load_codegen(context, builder, order: str, dtype, address):
     (relaxed, acquire or seq_cst)."""
     fence = "fence.sc.sys;\n\t" if order == "seq_cst" else ""
     semantics = "relaxed" if order == "relaxed" else "acquire"
-    width = _width(context, dtype)
+    width = width_of(context, dtype)
     bits = inline_asm(builder, f"{fence}ld.{semantics}.sys.b{width} $0, [$1];", f"={_REGISTER[width]},l,~{{memory}}",
                       ir.IntType(max(width, 16)), [address])
-    return _from_bits(context, builder, dtype, bits)
+    return from_bits(context, builder, dtype, bits)
 
 
 def _load(order: str):
@@ -185,8 +186,8 @@ def _store(semantics: str):
         dtype = like.dtype
 
         def codegen(context, builder, sig, args):
-            width = _width(context, dtype)
-            bits = _to_bits(context, builder, dtype, context.cast(builder, args[2], sig.args[2], dtype))
+            width = width_of(context, dtype)
+            bits = to_bits(context, builder, dtype, context.cast(builder, args[2], sig.args[2], dtype))
             inline_asm(builder, f"st.{semantics}.sys.b{width} [$0], $1;", f"l,{_REGISTER[width]},~{{memory}}",
                        ir.VoidType(), [args[0], bits])
             return context.get_dummy_value()
@@ -231,14 +232,14 @@ def atomic(typingctx, op, address, like, value):
     exact = rmw == "add"    # add does arithmetic in the type (atom.add.f32/.f64 for floats); the others move bits
 
     def codegen(context, builder, sig, args):
-        width = _width(context, dtype)
+        width = width_of(context, dtype)
         reg = {types.float32: "f", types.float64: "d"}.get(dtype, _REGISTER[width]) if exact else _REGISTER[width]
         kind = _ADD_TYPES[dtype] if exact else f"b{width}"
         value = context.cast(builder, args[3], sig.args[3], dtype)
-        operand = value if exact else _to_bits(context, builder, dtype, value)
+        operand = value if exact else to_bits(context, builder, dtype, value)
         old = inline_asm(builder, f"{_SEQ_CST}.{rmw}.{kind} $0, [$1], $2;", f"={reg},l,{reg},~{{memory}}",
                          operand.type, [args[1], operand])
-        return old if exact else _from_bits(context, builder, dtype, old)
+        return old if exact else from_bits(context, builder, dtype, old)
     return dtype(op, types.uint64, like, value), codegen
 
 
@@ -249,13 +250,13 @@ def atomic_cas(typingctx, address, like, cond, value):
     _atomic_word(dtype)
 
     def codegen(context, builder, sig, args):
-        width = _width(context, dtype)
+        width = width_of(context, dtype)
         reg = _REGISTER[width]
-        cond, value = (_to_bits(context, builder, dtype, context.cast(builder, v, t, dtype))
+        cond, value = (to_bits(context, builder, dtype, context.cast(builder, v, t, dtype))
                        for v, t in ((args[2], sig.args[2]), (args[3], sig.args[3])))
         old = inline_asm(builder, f"{_SEQ_CST}.cas.b{width} $0, [$1], $2, $3;", f"={reg},l,{reg},{reg},~{{memory}}",
                          cond.type, [args[0], cond, value])
-        return _from_bits(context, builder, dtype, old)
+        return from_bits(context, builder, dtype, old)
     return dtype(types.uint64, like, cond, value), codegen
 
 
@@ -287,7 +288,7 @@ def string_argument(context, builder, typ, value):
 def word_argument(context, builder, typ, value):
     """``value``'s bits as an int64 (integers widened, floats reinterpreted)."""
     if isinstance(typ, types.Float):
-        raw = builder.bitcast(value, ir.IntType(_width(context, typ)))
+        raw = builder.bitcast(value, ir.IntType(width_of(context, typ)))
         return builder.zext(raw, _I64) if raw.type != _I64 else raw
     return context.cast(builder, value, typ, types.int64)
 

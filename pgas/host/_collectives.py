@@ -214,7 +214,7 @@ def _on_gpu(call: _Call, name: str, d, s, *extra, stream) -> bool:
     if not call.rt.on_gpu:
         return False
     from . import _gpu_ops
-    _gpu_ops.collective(name, call.team.handle, d, s, *extra, stream=stream, fn=call.fn)
+    _gpu_ops.collective(name, call.team.handle, d, s, *extra, pes=call.team.pes, stream=stream, fn=call.fn)
     return True
 
 

@@ -114,8 +114,9 @@ class GpuSymmetricHeap:
         offset = check_span(span, self.base, self.size, fn, what)
         if self.bases[pe] is None:
             raise PgasError(
-                f"{fn}: PE {pe} is on another node: it has no load/store path from this PE, and "
-                "remote transports are not available in this version of pgas")
+                f"{fn}: PE {pe} is on another node: on the cuda backend, host put and get reach only the PEs "
+                "of this node (the copy engines between mapped heaps); from a kernel, pgas.device.put/get reach "
+                "it through the NIC (docs/transports.md)")
         _, shape, strides, _ = span
         return device_array_at(self.bases[pe] + offset, shape, arr.dtype, strides, owner=self)
 

@@ -24,7 +24,7 @@ import numpy as np
 from numba import cuda
 
 from .. import device as dev
-from .._device_errors import device_error
+from .._device_errors import REDUCTIONS_IN_PLACE, UNREACHABLE_WHY, device_error
 from .._errors import PgasError
 from ._gpu_driver import checked, device_array_at, numba_stream, stream_handle, stream_scratch, synchronize
 from ._heap import array_span
@@ -75,10 +75,11 @@ def copy(dst, src, nelems: int, stream, fn: str, nbi: bool = False) -> None:
 
 
 def _check_reachable(pe: int, fn: str, what: str) -> None:
-    """Refuse, before any kernel runs, a PE that the device could not reach: its check
-    would stop the kernel with a trap, and a trap ends the CUDA context."""
-    if not runtime(fn).heap.reachable(pe):
-        raise device_error("UNREACHABLE", fn, what, a=pe)
+    """Refuse, before any kernel runs, a PE that the device could not reach (neither mapped
+    nor through the NIC): its check would stop the kernel with a trap, and a trap ends the
+    CUDA context."""
+    if runtime(fn).transports.kinds[pe] == "unreachable":
+        raise device_error("UNREACHABLE", fn, what, UNREACHABLE_WHY, a=pe)
 
 
 def _launch(kernel, threads: int, stream, fn: str, *args, nbi: bool = False) -> None:
@@ -201,9 +202,12 @@ def flush(stream, fn: str) -> None:
 
 
 def quiet(stream, fn: str) -> None:
-    """Complete this PE's host-initiated RMA: on ``stream``, or everything when None."""
+    """Complete this PE's host-initiated RMA: on ``stream``, or everything when None (then
+    also what kernels posted to the NIC and left to complete: a device quiet waits for it)."""
     if stream is None:
         _wait(None, fn)
+        if runtime(fn).transports.gpu_queues is not None:
+            _launch(_quiet_kernel, 1, None, fn)
     else:
         _launch(_quiet_kernel, 1, stream, fn)
 
@@ -226,7 +230,14 @@ def _collective_kernel(name: str):
     return cuda.jit(run)
 
 
-def collective(name: str, team: int, dest, src, *extra, stream, fn: str) -> None:
+def collective(name: str, team: int, dest, src, *extra, pes=(), stream, fn: str) -> None:
     """Run device collective ``name`` (``broadcast``, ``fcollect``, ``alltoall``,
-    ``<op>_reduce``, ``<op>_reducescatter``) over ``team`` as a one-block kernel."""
+    ``<op>_reduce``, ``<op>_reducescatter``) over ``team`` (its members: ``pes``) as a
+    one-block kernel. Device reductions read every member's data in place: a member on
+    another node is refused here, before the kernel (a device check would trap)."""
+    if name.endswith(("_reduce", "_reducescatter")):
+        heap = runtime(fn).heap
+        for pe in pes:
+            if not heap.reachable(pe):
+                raise device_error("UNREACHABLE", fn, "", REDUCTIONS_IN_PLACE, a=pe)
     _launch(_collective_kernel(name), COLLECTIVE_THREADS, stream, fn, team, dest, src, *extra)

@@ -128,6 +128,19 @@ class DeviceState:
             self.words[row + 2:row + 2 + len(pes)] = pes
         self.push()
 
+    def set_nic(self, rows: np.ndarray, heap_lkey: int) -> None:
+        """Append the NIC rows (``device/_cuda_nic.ROW`` per PE) and say where they start,
+        with the heap's local key (``device/_cuda_state``)."""
+        _, words = _state_layout()
+        start = self.words.size
+        self.words = np.concatenate([self.words, rows.reshape(-1).astype(np.int64)])
+        if self.words.nbytes > self.size:
+            raise PgasError(f"pgas.init: the device state block with its NIC rows needs {self.words.nbytes} bytes, "
+                            f"more than the {self.size} mapped at {self.address:#x}")
+        self.words[words["nic_rows"]] = start
+        self.words[words["heap_lkey"]] = heap_lkey
+        self.push()
+
     def push(self) -> None:
         """Copy the host words to the device block, landed on return (a copy from pageable
         memory may return before its DMA is done, so the stream is synchronized)."""

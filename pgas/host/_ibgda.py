@@ -39,16 +39,17 @@ _KIND = {PUT: code.KIND_DATA, PUT_INLINE: code.KIND_INLINE, GET: code.KIND_DATA}
 
 class DeviceQueue:
     """One queue pair driven by device threads: the NIC's QP (collapsed CQ) plus what the
-    compiled code needs, in one descriptor (``_ibgda_code.DESCRIPTOR``)."""
+    compiled code needs, in one descriptor (``_ibgda_code.DESCRIPTOR``). ``allocate(shape,
+    dtype)`` makes its memory (zeroed): pinned host memory the GPU maps, on cuda."""
 
-    def __init__(self, nic: Nic, peer: int):
+    def __init__(self, nic: Nic, peer: int, allocate=np.zeros):
         self.peer = peer
-        self.qp = nic.create_qp(peer, collapsed=True)
+        self.qp = nic.create_qp(peer, collapsed=True, allocate=allocate)
         depth = self.qp.depth
-        self.cells = np.zeros(depth, np.uint64)          # fetched values, one per basic block
+        self.cells = allocate(depth, np.uint64)          # fetched values, one per basic block
         self.cells_region = nic.register(self.cells.view(np.uint8), ACCESS_LOCAL)
-        self.waited = np.zeros(depth, np.uint8)          # a blocking caller still reads the result
-        self.descriptor = np.zeros(len(code.DESCRIPTOR), np.uint64)
+        self.waited = allocate(depth, np.uint8)          # a blocking caller still reads the result
+        self.descriptor = allocate(len(code.DESCRIPTOR), np.uint64)
         words = {"sq": self.qp.sq, "dbr": self.qp.dbr, "cqe": self.qp.cq, "err_cq": self.qp.err_cq,
                  "cells": self.cells, "waited": self.waited}
         for name, array in words.items():

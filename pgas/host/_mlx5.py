@@ -237,9 +237,10 @@ def _read_wqes_one_by_one(sq: np.ndarray, index: int, blocks: int) -> np.ndarray
     return np.array(rows, WQE_FIELDS)
 
 
-def empty_cq(depth: int) -> np.ndarray:
-    """A completion queue of ``depth`` CQEs, every one invalid (hardware initializes it so)."""
-    cq = np.zeros((depth, 64), np.uint8)
+def empty_cq(depth: int, allocate=np.zeros) -> np.ndarray:
+    """A completion queue of ``depth`` CQEs, every one invalid (hardware initializes it so),
+    in memory from ``allocate(shape, dtype)``."""
+    cq = allocate((depth, 64), np.uint8)
     cq[:, 63] = (CQE_INVALID << 4) | 1
     return cq
 

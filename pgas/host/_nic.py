@@ -126,19 +126,23 @@ class QueuePair:
     qpn: int
     peer: int
     collapsed: bool = False
-    sq: np.ndarray = field(default_factory=lambda: np.zeros((SQ_DEPTH, mlx5.BB), np.uint8))
-    dbr: np.ndarray = field(default_factory=lambda: np.zeros(1, ">u4"))   # producer index & 0xffff
+    allocate: object = np.zeros     # (shape, dtype) -> zeroed array: where the queues live
+    sq: np.ndarray = None
+    dbr: np.ndarray = None          # producer index & 0xffff, big-endian
     cq: np.ndarray = None
     err_cq: np.ndarray | None = None
     rung: np.ndarray | None = None
+    polled: bool = False     # the NIC reads ``rung`` itself (posters that cannot ring: a GPU)
     on_completion: object = None    # called (from the NIC thread) after CQEs are written
     nic_index: int = 0       # next WQE index the NIC reads (in basic blocks)
     cqes_written: int = 0    # CQEs the NIC has written (error CQEs, when collapsed)
 
     def __post_init__(self):
-        self.cq = mlx5.empty_cq(1 if self.collapsed else SQ_DEPTH)
+        self.sq = self.allocate((SQ_DEPTH, mlx5.BB), np.uint8)
+        self.dbr = self.allocate(1, ">u4")
+        self.cq = mlx5.empty_cq(1 if self.collapsed else SQ_DEPTH, self.allocate)
         if self.collapsed:
-            self.err_cq = mlx5.empty_cq(SQ_DEPTH)
+            self.err_cq = mlx5.empty_cq(SQ_DEPTH, self.allocate)
 
     @property
     def depth(self) -> int:
@@ -172,6 +176,7 @@ class Nic:
         self.peers: list[int] = []                          # the PEs reached through this NIC
         self._by_qpn: dict[int, QueuePair] = {}
         self._rung: set[int] = set()
+        self._polled: list[QueuePair] = []                   # queue pairs whose rung word the NIC reads
         self._rung_lock = threading.Lock()
         self._doorbell = threading.Event()
         self._inflight: dict[int, deque] = {}
@@ -258,11 +263,19 @@ class Nic:
         if self.failure is not None:
             raise PgasError(f"{fn}: the NIC thread failed:\n{self.failure}")
 
-    def create_qp(self, peer: int, collapsed: bool = False) -> QueuePair:
-        """A new queue pair to ``peer`` (``ibv_create_qp``); see QueuePair for ``collapsed``."""
-        qp = QueuePair(qpn=0x100 + len(self._by_qpn), peer=peer, collapsed=collapsed)
+    def create_qp(self, peer: int, collapsed: bool = False, allocate=np.zeros) -> QueuePair:
+        """A new queue pair to ``peer`` (``ibv_create_qp``), its queues made by ``allocate``;
+        see QueuePair for ``collapsed``."""
+        qp = QueuePair(qpn=0x100 + len(self._by_qpn), peer=peer, collapsed=collapsed, allocate=allocate)
         self._by_qpn[qp.qpn] = qp
         return qp
+
+    def poll(self, qp: QueuePair) -> None:
+        """Read ``qp``'s rung word on every pass (its posters cannot ring: GPU threads),
+        polling briskly from now on (as NVSHMEM's CPU-assisted IBGDA proxy does)."""
+        qp.polled = True
+        with self._rung_lock:
+            self._polled.append(qp)
 
     # Doorbell ---------------------------------------------------------------------
 
@@ -299,7 +312,7 @@ class Nic:
                     pause, last_busy = 0.0, now
                     time.sleep(0)
                     continue
-                hot = self._sends or any(self._inflight.values()) or now - last_busy < _HOT_FOR_S
+                hot = self._sends or self._polled or any(self._inflight.values()) or now - last_busy < _HOT_FOR_S
                 pause = min(pause * 2 + 5e-6, _HOT_PAUSE_S if hot else _MAX_PAUSE_S)
                 self._doorbell.wait(pause)
         except BaseException:
@@ -322,6 +335,7 @@ class Nic:
     def _send_posted(self) -> bool:
         with self._rung_lock:
             rung, self._rung = self._rung, set()
+            rung |= {qp.qpn for qp in self._polled if qp.rung[0]}
         for qpn in rung:
             qp = self._by_qpn.get(qpn)
             if qp is not None:

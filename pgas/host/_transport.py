@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from .. import _cpu_atomics
-from .._device_errors import device_error
+from .._device_errors import UNREACHABLE_WHY, device_error
 from .._env import setting
 from .._errors import PgasError
 from . import _proxy as proxy
@@ -44,19 +44,41 @@ class Transports:
         self.nic = self.engine = self.heap_region = None
         self.engines: dict = {}          # remote transport name -> its engine, made on first use
         self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
+        self.gpu_queues = self.pinned = None
         if heap.device_arrays:
-            # cuda: the GPU heap is registered by its dma-buf and the keys exchanged, but no
-            # path drives the NIC from a GPU yet: PEs on other nodes stay unreachable
-            # (docs/transports.md, "The cuda backend").
-            self.nic = Nic(boot.comm, boot.my_pe)
-            self.heap_region = self.nic.register_dmabuf(heap.dmabuf_fd(), heap.base, heap.size, ACCESS_REMOTE)
-            self.nic.connect(self.heap_region, [])
+            self._connect_gpu(boot, heap)
             return
         self.nic = Nic(boot.comm, boot.my_pe)
         self.heap_region = self.nic.register(heap.views[boot.my_pe], ACCESS_REMOTE)
         self.nic.connect(self.heap_region, self.remote)
         if self.remote:
             self.use_remote(self.remote_transport)
+
+    def _connect_gpu(self, boot, heap) -> None:
+        """cuda: the GPU heap registered by its dma-buf (the NIC reaches it through a
+        ``GpuWindow``), and queue pairs the GPU posts into for every PE on another node
+        (``_gpu_nic``). The GPU drives the NIC itself: there is no proxy path on cuda, so
+        where ibgda is not chosen, or cannot be set up (said once), those PEs stay
+        unreachable (the device's error says why)."""
+        from ._gpu_nic import GpuQueues, GpuWindow, PinnedMemory
+
+        self.nic = Nic(boot.comm, boot.my_pe)
+        window = None
+        if self.remote and self.remote_transport == "ibgda":
+            self.pinned = PinnedMemory()
+            window = GpuWindow(heap.base, heap.device, self.pinned)
+        self.heap_region = self.nic.register_dmabuf(heap.dmabuf_fd(), heap.base, heap.size, ACCESS_REMOTE, window)
+        self.nic.connect(self.heap_region, self.remote)
+        if window is None:
+            return
+        try:
+            self.gpu_queues = GpuQueues(self.nic, self.pinned, self.heap_region.lkey, heap.state, boot.n_pes)
+        except PgasError as e:
+            sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path cannot be set up here ({e}); "
+                             f"PEs on other nodes are unreachable from this one\n")
+            return
+        for pe in self.remote:
+            self.kinds[pe] = "ibgda"
 
     def use_remote(self, name: str) -> None:
         """Reach the PEs on other nodes through ``name`` (``ibgda`` or ``proxy``) from now
@@ -83,10 +105,14 @@ class Transports:
         """Stop the remote engines and the NIC (every PE must be done with this one: after a barrier)."""
         for engine in self.engines.values():
             engine.close()
+        if self.gpu_queues is not None:
+            self.gpu_queues.close(self.nic)
         if self.nic is not None:
             self.nic.deregister(self.heap_region)
             self.nic.close()
-        self.engines, self.engine, self.nic = {}, None, None
+        if self.pinned is not None:
+            self.pinned.close()      # after the NIC thread has stopped reading the queues
+        self.engines, self.engine, self.nic, self.gpu_queues, self.pinned = {}, None, None, None, None
 
     def regions(self) -> list[dict]:
         """The registered memory regions, for ``pgas.info()``."""
@@ -102,8 +128,8 @@ class Transports:
     def _remote(self, fn: str, pe: int) -> bool:
         """True when PE ``pe`` is reached through the NIC; PgasError if not at all."""
         kind = self.kinds[pe]
-        if kind == "unreachable":
-            raise device_error("UNREACHABLE", fn, a=pe)   # the device's check says the same
+        if kind == "unreachable":      # the device's check says the same
+            raise device_error("UNREACHABLE", fn, why=UNREACHABLE_WHY, a=pe)
         return kind in REMOTE_TRANSPORTS
 
     def _raddr(self, pe: int, local: np.ndarray, fn: str, what: str) -> int:

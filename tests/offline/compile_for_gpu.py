@@ -189,6 +189,8 @@ def ptx_kernels():
     yield "named_reductions", named_reductions, (types.int64, types.float32[::1], types.float32[::1])
     yield "wait_until_any", wait_any_of, (i64, types.int32[::1], i64)
     yield "remote_ops", remote_ops, (i64, i64, f32, types.int32, i64)
+    from pgas.host._gpu_nic import atomic_kernel_source
+    yield ("nic_atomic", *atomic_kernel_source())        # the NIC's atomics on GPU memory
 
 
 def host_operation_kernels():

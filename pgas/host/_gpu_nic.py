@@ -1,0 +1,171 @@
+"""The cuda backend's side of the GPU-initiated NIC path (``device/_cuda_nic``): the queues
+GPU threads post into, and the NIC's window on GPU memory.
+
+For each PE on another node: a queue pair and descriptor (``_ibgda.DeviceQueue``, the
+simulator's) in pinned host memory mapped into the GPU (``cuMemHostAlloc`` with
+DEVICEMAP; under unified addressing the GPU uses the host's addresses), whose rung word
+the NIC polls (``Nic.poll``): a GPU thread cannot wake a CPU thread. The device state
+gets the NIC rows (``device/_cuda_nic.ROW``) and the heap's local key.
+
+The NIC thread has no view of GPU memory: ``GpuWindow`` copies bytes out and in on a
+stream of its own (non-blocking, so a kernel waiting for the NIC keeps running) and
+applies atomics with a one-thread kernel, a system-scope compare-and-swap loop on
+``mlx5.atomic_result`` (so they stay atomic with the device's own atomics on the word).
+The copies and the kernel need an SM and the copy engines while the user's kernels run:
+a kernel whose blocks occupy every SM and wait on the NIC would wait on its atomics for
+ever (PGAS_TIMEOUT ends it); NVSHMEM's NIC does atomics in hardware.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+from .._errors import PgasError
+from ._gpu_driver import checked, create_stream, device_array_at, numba_stream, synchronize
+from ._ibgda import DeviceQueue
+from ._nic import Nic
+
+__all__ = ["PinnedMemory", "GpuWindow", "GpuQueues", "atomic_kernel_source"]
+
+
+class PinnedMemory:
+    """Makes zeroed numpy arrays in pinned host memory that the GPU maps (``cuMemHostAlloc``
+    PORTABLE | DEVICEMAP), each at an address the GPU uses as it is; ``close`` frees them."""
+
+    def __init__(self):
+        self._blocks: list[int] = []
+
+    def __call__(self, shape, dtype) -> np.ndarray:
+        from cuda.bindings import driver
+
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape))
+        nbytes = max(count * dtype.itemsize, 1)
+        flags = driver.CU_MEMHOSTALLOC_PORTABLE | driver.CU_MEMHOSTALLOC_DEVICEMAP
+        address = int(checked(driver.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc (the NIC's queues)"))
+        self._blocks.append(address)
+        mapped = int(checked(driver.cuMemHostGetDevicePointer(address, 0), "cuMemHostGetDevicePointer"))
+        if mapped != address:
+            raise PgasError(f"pgas.init: pinned host memory at {address:#x} is mapped into the GPU at {mapped:#x}; "
+                            "the GPU-initiated NIC path needs unified addressing (a 64-bit Linux process)")
+        ctypes.memset(address, 0, nbytes)
+        return np.frombuffer((ctypes.c_uint8 * nbytes).from_address(address), dtype, count).reshape(shape)
+
+    def close(self) -> None:
+        from cuda.bindings import driver
+
+        for address in self._blocks:
+            driver.cuMemFreeHost(address)
+        self._blocks = []
+
+
+def atomic_kernel_source():
+    """(python function, signature) of the NIC's atomic kernel ``(address, opcode, size, o0,
+    o1, o2, o3, word32, word64)``: mlx5 atomic ``opcode`` on the ``size``-byte word at
+    ``address``, a system-scope compare-and-swap loop; the old value lands in ``word64[0]``
+    (``word32`` and ``word64`` are that one pinned cell, typed: they give the loop its
+    dtypes). The offline test compiles it too."""
+    from numba import cuda, types
+
+    from ..device import _cuda_ptx as ptx
+    from . import _mlx5 as mlx5
+
+    result = cuda.jit(device=True)(mlx5.atomic_result)
+
+    @cuda.jit(device=True)
+    def loop(address, like, opcode, size, o0, o1, o2, o3):
+        """The old value; ``like``'s dtype is the word's (uint32 or uint64)."""
+        old = ptx.ld_relaxed(address, like)
+        while True:
+            new, changes = result(opcode, size, o0, o1, o2, o3, np.uint64(old))
+            if not changes:
+                return old
+            seen = ptx.atomic_cas(address, like, old, new)
+            if seen == old:
+                return old
+            old = seen
+
+    def apply(address, opcode, size, o0, o1, o2, o3, word32, word64):
+        if size == 4:
+            word64[0] = np.uint64(loop(address, word32, opcode, size, o0, o1, o2, o3))
+        else:
+            word64[0] = loop(address, word64, opcode, size, o0, o1, o2, o3)
+
+    u64 = types.uint64
+    return apply, (u64, types.int64, types.int64, u64, u64, u64, u64, types.uint32[::1], types.uint64[::1])
+
+
+@functools.cache
+def _atomic_kernel():
+    from numba import cuda
+
+    function, signature = atomic_kernel_source()
+    return cuda.jit(signature)(function)
+
+
+class GpuWindow:
+    """How the NIC thread reaches GPU memory at ``base`` (``Nic``'s ``DeviceSpan``): copies
+    and atomics on a stream of its own, made on first use in the NIC thread."""
+
+    def __init__(self, base: int, device: int, pinned: PinnedMemory):
+        self.base, self.device = base, device
+        self._cell = pinned(1, np.uint64)              # where an atomic's old value lands
+        self._kernel = _atomic_kernel()               # compiled now, not in the NIC thread
+        self._stream = None
+
+    def _ready(self) -> int:
+        if self._stream is None:
+            from numba import cuda
+            cuda.select_device(self.device)            # this thread's context: numba's primary one
+            self._stream = create_stream()
+        return self._stream
+
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        from cuda.bindings import driver
+
+        stream = self._ready()
+        host = np.empty(nbytes, np.uint8)
+        checked(driver.cuMemcpyDtoHAsync(host.ctypes.data, self.base + offset, nbytes, stream),
+                "pgas NIC: cuMemcpyDtoHAsync")
+        synchronize(stream)
+        return host
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        from cuda.bindings import driver
+
+        stream = self._ready()
+        data = np.ascontiguousarray(data, np.uint8)
+        checked(driver.cuMemcpyHtoDAsync(self.base + offset, data.ctypes.data, data.size, stream),
+                "pgas NIC: cuMemcpyHtoDAsync")
+        synchronize(stream)      # landed before the next request (a flag never before its data)
+
+    def atomic(self, offset: int, opcode: int, operands: list, size: int) -> int:
+        stream = self._ready()
+        cell = self._cell.ctypes.data
+        self._kernel[1, 1, numba_stream(stream)](self.base + offset, opcode, size, *operands,
+                                                  device_array_at(cell, (2,), np.uint32),
+                                                  device_array_at(cell, (1,), np.uint64))
+        synchronize(stream)
+        return int(self._cell[0])
+
+
+class GpuQueues:
+    """The device queue pairs to every PE on another node, in pinned host memory the GPU
+    maps, and their rows in the device state (``device/_cuda_nic``)."""
+
+    def __init__(self, nic: Nic, pinned: PinnedMemory, heap_lkey: int, state, n_pes: int):
+        from ..device._cuda_nic import ROW
+
+        self.queues = {peer: DeviceQueue(nic, peer, pinned) for peer in nic.peers}
+        rows = np.zeros((n_pes, len(ROW)), np.int64)
+        for peer, queue in self.queues.items():
+            nic.poll(queue.qp)
+            remote = nic.remote[peer]
+            rows[peer] = (queue.address, remote.rkey, remote.base, queue.lkey)
+        state.set_nic(rows, heap_lkey)
+
+    def close(self, nic: Nic) -> None:
+        for queue in self.queues.values():
+            nic.deregister(queue.cells_region)
