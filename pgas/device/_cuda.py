@@ -35,7 +35,7 @@ from . import _cuda_nic as nic
 from . import _cuda_ptx as ptx
 from ._cuda_state import STATE_ADDRESS, STATE_WORDS, _HEAP_BASE, _MY_PE, _N_PES, _PEER_BASES
 from ._cuda_state import fail as _fail, load_state as _load_state, record_failure as _record_failure
-from ._cuda_state import state_word as _state_word, timed_out as _timed_out
+from ._cuda_state import timed_out as _timed_out
 from ._cuda_ir import (FOLD_COPY, check_codegens, compare_codegen, copy_strided_codegen, copy_strided_type,
                        fold_codegen, fold_type)
 from ._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, THREAD, reduce_code
@@ -183,54 +183,60 @@ def part(typingctx, arr, lo, hi):
     return arr(arr, lo, hi), codegen
 
 
-@jit
-def _peer_at(address, pe, fn):
-    """Where ``address`` (in this PE's heap) lies in PE ``pe``'s mapped heap; 0 where this
-    PE has no load/store path to it (another node). Takes an address, not an array, so
-    that one compiled copy serves every dtype."""
-    if pe < 0 or pe >= _state_word(_N_PES):
-        _fail(_PE_RANGE, fn, "pe", "", pe, _state_word(_N_PES), 0)
-    base = np.uint64(_state_word(_PEER_BASES + pe))
-    if base == 0:
-        return np.uint64(0)
-    return base + (address - np.uint64(_state_word(_HEAP_BASE)))
+_MAPPED, _MUST_MAP, _ROUTE = range(3)     # what ``_locate`` does where PE ``pe``'s heap is not mapped
 
 
-@jit
-def _reachable(address, pe, fn, what):
-    """``_peer_at``, for a PE that must be load/store reachable (device reductions read
-    every member's data in place)."""
-    peer = _peer_at(address, pe, fn)
-    if peer == 0:
-        _fail(_UNREACHABLE, fn, what, REDUCTIONS_IN_PLACE, pe, 0, 0)
-    return peer
+@intrinsic
+def _locate(typingctx, address, pe, fn, what, mode):
+    """(where ``address``, in this PE's heap, lies in PE ``pe``'s mapped heap, the queue
+    pair to PE ``pe``), built in place (no helper to compile). ``pe`` out of range is a
+    failure. Where the heap is not mapped (another node) the address is 0 and, by
+    ``mode``: ``_MAPPED`` nothing more (the queue 0), ``_MUST_MAP`` a failure (device
+    reductions read every member's data in place), ``_ROUTE`` the queue pair, a failure
+    where there is none either."""
+    if not isinstance(mode, types.IntegerLiteral):
+        return None
+    kind = mode.literal_value
+    result = types.UniTuple(types.uint64, 2)
 
-
-@jit
-def _route(address, pe, fn, what):
-    """(where ``address`` lies in PE ``pe``'s mapped heap, 0), or (0, the queue pair to PE
-    ``pe``) where the NIC reaches it; a failure where neither does."""
-    peer = _peer_at(address, pe, fn)
-    queue = np.uint64(0)
-    if peer == 0:
-        queue = nic.queue_to(pe)
-        if queue == 0:
-            _fail(_UNREACHABLE, fn, what, UNREACHABLE_WHY, pe, 0, 0)
-    return peer, queue
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        address = context.cast(builder, args[0], sig.args[0], types.uint64)
+        pe = context.cast(builder, args[1], sig.args[1], types.int64)
+        fn_text = (sig.args[2], args[2])
+        count = _load_state(builder, i64(_N_PES))
+        with cgutils.if_unlikely(builder, builder.or_(builder.icmp_signed("<", pe, i64(0)),
+                                                      builder.icmp_signed(">=", pe, count))):
+            _record_failure(context, builder, _PE_RANGE, [fn_text, ("pe", None), ("", None)], [pe, count, i64(0)])
+        base = _load_state(builder, builder.add(i64(_PEER_BASES), pe))
+        mapped = builder.icmp_unsigned("!=", base, i64(0))
+        peer = builder.select(mapped, builder.add(base, builder.sub(address, _load_state(builder, i64(_HEAP_BASE)))),
+                              i64(0))
+        queue = i64(0)
+        if kind == _ROUTE:
+            queue = builder.select(mapped, i64(0), nic.queue_codegen(builder, pe))
+        if kind != _MAPPED:
+            why = REDUCTIONS_IN_PLACE if kind == _MUST_MAP else UNREACHABLE_WHY
+            nowhere = builder.and_(builder.not_(mapped), builder.icmp_unsigned("==", queue, i64(0)))
+            with cgutils.if_unlikely(builder, nowhere):
+                _record_failure(context, builder, _UNREACHABLE, [fn_text, (sig.args[3], args[3]), (why, None)],
+                                [pe, i64(0), i64(0)])
+        return context.make_tuple(builder, result, [peer, queue])
+    return result(address, pe, fn, what, mode), codegen
 
 
 @jit
 def peer_address(arr, pe, fn):
     """The address of ``arr``'s first element in PE ``pe``'s mapped heap; 0 where this PE
     has no load/store path to it (another node)."""
-    return _peer_at(ptx.address_of(arr), pe, fn)
+    return _locate(ptx.address_of(arr), pe, fn, "", _MAPPED)[0]
 
 
 @jit_array
 def peer_view(arr, pe, fn):
     """PE ``pe``'s copy of ``arr`` (same type, shape and strides); every extent 0 where
     ``peer_address`` is 0."""
-    return ptx.view_at(_peer_at(ptx.address_of(arr), pe, fn), arr)
+    return ptx.view_at(_locate(ptx.address_of(arr), pe, fn, "", _MAPPED)[0], arr)
 
 
 @intrinsic
@@ -270,7 +276,7 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
     address = ptx.address_of(src)
     for r in range(team_size(team, fn)):
         if r != me:   # each member's copy found once, then its elements combined in
-            theirs = ptx.flat_view(_reachable(address, team_pe(team, r, fn), fn, name("src")), src)
+            theirs = ptx.flat_view(_locate(address, team_pe(team, r, fn), fn, name("src"), _MUST_MAP)[0], src)
             _fold(op, dst, dst_lo, theirs, src_lo, count, rank, size)
 
 
@@ -281,14 +287,14 @@ def transfer(fn, to_peer, pe, dst, dst_stride, src, src_stride, nelems, rank, si
     """The group's copy to (``to_peer``) or from PE ``pe``: threads share it on the
     load/store path; through the NIC the group's first thread posts it (one request)."""
     if to_peer:
-        peer, queue = _route(ptx.address_of(dst), pe, fn, name("dest"))
+        peer, queue = _locate(ptx.address_of(dst), pe, fn, name("dest"), _ROUTE)
         if peer != 0:
             copy_strided(ptx.flat_view(peer, dst), dst_stride, src, src_stride, nelems, rank, size)
         elif rank == 0:
             nic.copy(fn, pe, queue, True, ptx.address_of(dst), dst_stride, ptx.address_of(src), src_stride, nelems,
                      dst.itemsize, nbi)
     else:
-        peer, queue = _route(ptx.address_of(src), pe, fn, name("src"))
+        peer, queue = _locate(ptx.address_of(src), pe, fn, name("src"), _ROUTE)
         if peer != 0:
             copy_strided(dst, dst_stride, ptx.flat_view(peer, src), src_stride, nelems, rank, size)
         elif rank == 0:
@@ -298,7 +304,7 @@ def transfer(fn, to_peer, pe, dst, dst_stride, src, src_stride, nelems, rank, si
 
 @jit
 def remote_store(fn, arr, pe, value, what):
-    peer, queue = _route(ptx.address_of(arr), pe, fn, name(what))
+    peer, queue = _locate(ptx.address_of(arr), pe, fn, name(what), _ROUTE)
     if peer != 0:
         ptx.st_relaxed(peer, arr, value)
     else:
@@ -307,7 +313,7 @@ def remote_store(fn, arr, pe, value, what):
 
 @jit
 def remote_load(fn, arr, pe, what):
-    peer, queue = _route(ptx.address_of(arr), pe, fn, name(what))
+    peer, queue = _locate(ptx.address_of(arr), pe, fn, name(what), _ROUTE)
     if peer != 0:
         return ptx.ld_relaxed(peer, arr)
     return nic.load(fn, name(what), pe, queue, arr)
@@ -315,7 +321,7 @@ def remote_load(fn, arr, pe, what):
 
 @jit
 def remote_rmw(fn, arr, pe, op, value, what, fetch):
-    peer, queue = _route(ptx.address_of(arr), pe, fn, name(what))
+    peer, queue = _locate(ptx.address_of(arr), pe, fn, name(what), _ROUTE)
     if peer != 0:
         return ptx.atomic(op, peer, arr, value)   # op: an RMW_* literal
     return nic.rmw(fn, pe, queue, arr, op, value, fetch)
@@ -323,7 +329,7 @@ def remote_rmw(fn, arr, pe, op, value, what, fetch):
 
 @jit
 def remote_compare_swap(fn, arr, pe, cond, value, what):
-    peer, queue = _route(ptx.address_of(arr), pe, fn, name(what))
+    peer, queue = _locate(ptx.address_of(arr), pe, fn, name(what), _ROUTE)
     if peer != 0:
         return ptx.atomic_cas(peer, arr, cond, value)
     return nic.compare_swap(fn, pe, queue, arr, cond, value)
@@ -331,7 +337,7 @@ def remote_compare_swap(fn, arr, pe, cond, value, what):
 
 @jit
 def remote_atomic_load(fn, arr, pe, what):
-    peer, queue = _route(ptx.address_of(arr), pe, fn, name(what))
+    peer, queue = _locate(ptx.address_of(arr), pe, fn, name(what), _ROUTE)
     if peer != 0:
         return ptx.ld_seq_cst(peer, arr)
     return nic.atomic_load(fn, pe, queue, arr)
@@ -381,13 +387,7 @@ def fence(typingctx, fn):
     return types.void(fn), codegen
 
 
-@jit
-def quiet(fn):
-    """The NIC's completions of everything this PE posted, then a full fence (every store
-    to a peer is issued at the call on the load/store path)."""
-    nic.quiet(fn)
-    fence(fn)
-
+quiet = nic.quiet     # the NIC's completions, then a full fence
 
 @jit
 def atomic_rmw(arr, op, value, fn, what):

@@ -46,7 +46,7 @@ from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
 from ._cuda_state import (_HEAP_BASE, _HEAP_LKEY, _HEAP_SIZE, _MAILBOX, _MY_PE, _N_PES, _NIC_ROWS, _TIMEOUT_NS,
                           load_state)
 
-__all__ = ["ROW", "GpuMemory", "queue_to", "copy", "store", "load", "rmw", "compare_swap", "atomic_load", "quiet"]
+__all__ = ["ROW", "GpuMemory", "queue_codegen", "copy", "store", "load", "rmw", "compare_swap", "atomic_load", "quiet"]
 
 ROW = ("descriptor", "rkey", "heap_base", "cells_lkey")     # the words of a PE's NIC row
 _DESCRIPTOR, _RKEY, _REMOTE_BASE, _CELLS_LKEY = range(len(ROW))
@@ -421,23 +421,13 @@ def _refuse_wide(context, builder, dtype, fn_text, what_text, pe) -> bool:
     return True
 
 
-@intrinsic
-def queue_to(typingctx, pe):
-    """The descriptor address of this PE's queue pair to PE ``pe`` (0: none; ``pe`` checked before)."""
-    def codegen(context, builder, sig, args):
-        pe = _int64(context, builder, sig, args, 0)
-        has_rows = builder.icmp_signed("!=", load_state(builder, _c(_NIC_ROWS)), _c(0))
-        with builder.if_else(has_rows) as (then, otherwise):
-            with then:
-                found = _row(builder, pe, _DESCRIPTOR)
-                block_found = builder.block
-            with otherwise:
-                block_none = builder.block
-        result = builder.phi(_I64)
-        result.add_incoming(found, block_found)
-        result.add_incoming(_c(0), block_none)
-        return result
-    return types.uint64(pe), codegen
+def queue_codegen(builder, pe):
+    """The descriptor address (i64) of this PE's queue pair to PE ``pe`` (i64, checked
+    before); 0 where there is none."""
+    rows = load_state(builder, _c(_NIC_ROWS))
+    # with no rows, the word read is one of the state block's first ones: read, then ignored
+    found = load_state(builder, builder.add(rows, builder.mul(pe, _c(len(ROW)))))
+    return builder.select(builder.icmp_signed("!=", rows, _c(0)), found, _c(0))
 
 
 @intrinsic
@@ -588,8 +578,10 @@ def atomic_load(typingctx, fn, pe, q, arr):
 
 @intrinsic
 def quiet(typingctx, fn):
-    """Wait until the NIC has completed every WQE this PE posted so far."""
+    """Wait until the NIC has completed every WQE this PE posted so far, then a full fence
+    (``fence.sc.sys``: every store to a peer is issued at the call on the load/store path)."""
     def codegen(context, builder, sig, args):
         _call(context, builder, "pgas_nic_quiet", _fn_text(context, builder, sig, args, 0))
+        ptx.inline_asm(builder, "fence.sc.sys;", "~{memory}", ir.VoidType(), [])
         return context.get_dummy_value()
     return types.void(fn), codegen
