@@ -23,8 +23,10 @@ cells (8 bytes per basic block: where fetched atomic values land), the ``waited`
 (one byte per basic block: a blocking caller will read this WQE's result; its blocks are
 not reused until it has), then the counters: blocks reserved, blocks ready, the last
 published WQE (+1), the completion floor (blocks known complete), error CQEs consumed,
-the ``rung`` word, the doorbell register (the last control segment's first 8 bytes), and
-the number of WQEs posted.
+the ``rung`` word, the doorbell register (the last control segment's first 8 bytes), the
+number of WQEs posted, and where the rung word is that posters set (``rung_at``: the
+descriptor's own on the simulator; on a GPU the descriptor and its counters are device
+memory and the rung word host memory, which the NIC reads).
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ OP_NAMES = ("put", "inline put", "get", "atomic add", "atomic compare-swap", "at
             "atomic or", "atomic xor", "atomic fetch")
 
 DESCRIPTOR = ("sq", "depth", "qpn", "dbr", "cqe", "err_cq", "cells", "waited",
-              "reserved", "ready", "last", "floor", "errors_read", "rung", "doorbell", "posted")
+              "reserved", "ready", "last", "floor", "errors_read", "rung", "doorbell", "posted", "rung_at")
 W = {name: i for i, name in enumerate(DESCRIPTOR)}
 # WQE layouts: data segment (RDMA write/read), inline data (writes up to 8 bytes), atomic
 # segment + data segment (one basic block), masked 8-byte compare-swap (two basic blocks)
@@ -278,15 +280,15 @@ def define_post(module, memory, name: str = "ibgda_post", linkage: str = "") -> 
                  "release")                                                      # doorbell record
     memory.store(b, b.load(wqe.at(0, I64), align=8), queue.word("doorbell"), "release")   # doorbell register
     memory.store(b, end, queue.word("ready"), "release")
-    rung_before = memory.rmw(b, "xchg", queue.word("rung"), _c(1))
+    rung_before = memory.rmw(b, "xchg", queue.pointer("rung_at", I64), _c(1))
     memory.rmw(b, "add", queue.word("posted"), _c(1))
     ring = b.zext(b.icmp_unsigned("==", rung_before, _c(0)), I64)
     b.ret(b.or_(b.shl(start, _c(1)), ring))
     return fn
 
 
-def _oldest_unread_error(b, memory, queue, depth, ready):
-    """(is there one, the 64-bit start of its WQE, its syndrome as i64) of the oldest error
+def _oldest_unread_error(b, memory, queue, depth):
+    """(is there one, its WQE counter (16 bits), its syndrome as i64) of the oldest error
     CQE nobody has read: written, and its owner bit the parity of this pass round the ring."""
     consumed = memory.load(b, queue.word("errors_read"), "acquire")
     offset = b.shl(b.urem(consumed, depth), _c(6))
@@ -296,7 +298,7 @@ def _oldest_unread_error(b, memory, queue, depth, ready):
     this_pass = b.icmp_unsigned("==", owner, b.and_(b.udiv(consumed, depth), _c(1)))
     unread = b.and_(b.icmp_unsigned("!=", b.lshr(etail, _c(60)), _c(_NO_CQE)), this_pass)
     syndrome = b.zext(b.load(b.gep(cqe, [_c(_CQE_SYNDROME)])), I64)
-    return unread, _widen(b, ready, _cqe_counter(b, etail)), syndrome
+    return unread, _cqe_counter(b, etail), syndrome
 
 
 def define_refused(module, memory, name: str = "ibgda_refused", linkage: str = "") -> ir.Function:
@@ -306,8 +308,9 @@ def define_refused(module, memory, name: str = "ibgda_refused", linkage: str = "
     fn.linkage = linkage
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     queue = _Queue(b, fn.args[0])
-    ready = memory.load(b, queue.word("ready"), "acquire")
-    unread, start, syndrome = _oldest_unread_error(b, memory, queue, queue.value("depth"), ready)
+    unread, counter, syndrome = _oldest_unread_error(b, memory, queue, queue.value("depth"))
+    ready = memory.load(b, queue.word("ready"), "acquire")    # after the CQE: never older than its WQE
+    start = _widen(b, ready, counter)
     b.ret(b.select(unread, b.or_(b.shl(start, _c(8)), syndrome), _c(-1)))
     return fn
 
@@ -324,11 +327,11 @@ def define_progress(module, memory, name: str = "ibgda_progress", linkage: str =
     depth = queue.value("depth")
     cqe = b.bitcast(b.gep(queue.pointer("cqe"), [_c(56)]), I64.as_pointer())
     tail = memory.load(b, cqe, "acquire")
-    ready = memory.load(b, queue.word("ready"), "acquire")
+    unread, error_counter, _ = _oldest_unread_error(b, memory, queue, depth)
+    ready = memory.load(b, queue.word("ready"), "acquire")    # after the CQEs: never older than their WQEs
     written = b.icmp_unsigned("!=", b.lshr(tail, _c(60)), _c(_NO_CQE))
     floor = b.select(written, b.add(_widen(b, ready, _cqe_counter(b, tail)), _c(1)), _c(0))
-    unread, error_start, _ = _oldest_unread_error(b, memory, queue, depth, ready)
-    floor = b.select(unread, _umin(b, floor, error_start), floor)
+    floor = b.select(unread, _umin(b, floor, _widen(b, ready, error_counter)), floor)
     before = memory.rmw(b, "umax", queue.word("floor"), floor)
     b.ret(b.select(b.icmp_unsigned(">", before, floor), before, floor))
     return fn

@@ -12,9 +12,12 @@ mpi4py on a window of PE 1 (passive target, ``Lock_all``): ``Put`` + ``Flush`` a
 ``Fetch_and_op`` latency, and the rate of ``Put``/``Accumulate``/``Fetch_and_op`` with one
 ``Flush`` per batch of as many operations as there are threads. While PE 0 measures,
 PE 1 waits in a sleeping barrier (pgas) or in an MPI barrier (MPI, whose passive-target
-RMA progresses only while the target is inside MPI). Best of several repetitions. The
-last columns: ibgda / proxy, and ibgda against MPI (rates: ibgda / MPI; latency:
-MPI / ibgda), so above 1 means ibgda is ahead.
+RMA progresses only while the target is inside MPI). Best of several repetitions. ``self``:
+the same kernels on PE 0's own heap, no transport: what the device call itself costs
+(on the simulator, most of it is numba's simulated thread and pgas's routing). The
+ratio columns: ibgda / proxy; ``beyond self``, the same ratio of what each path adds to
+the call (the time per operation above ``self``); ibgda against MPI (rates: ibgda / MPI;
+latency: MPI / ibgda). Above 1 means ibgda is ahead.
 """
 from __future__ import annotations
 
@@ -38,45 +41,45 @@ KINDS = ("p", "put_nbi", "add", "fetch_add")
 
 
 @cuda.jit
-def _put_latency(dest, iters):
+def _put_latency(dest, iters, pe):
     for i in range(iters):
-        dev.p(dest, i, 1)
+        dev.p(dest, i, pe)
         dev.quiet()
 
 
 @cuda.jit
-def _fadd_latency(dest, iters):
+def _fadd_latency(dest, iters, pe):
     for i in range(iters):
-        dev.atomic_fetch_add(dest, 1, 1)
+        dev.atomic_fetch_add(dest, 1, pe)
 
 
 @cuda.jit
-def _p_rate(dest, src, iters):
+def _p_rate(dest, src, iters, pe):
     t = cuda.threadIdx.x
     for i in range(iters):
-        dev.p(dest[t:], i, 1)
+        dev.p(dest[t:], i, pe)
     dev.quiet()
 
 
 @cuda.jit
-def _put_nbi_rate(dest, src, iters):
+def _put_nbi_rate(dest, src, iters, pe):
     t = cuda.threadIdx.x
     for i in range(iters):
-        dev.put_nbi(dest[t:t + 1], src[t:t + 1], 1)
+        dev.put_nbi(dest[t:t + 1], src[t:t + 1], pe)
     dev.quiet()
 
 
 @cuda.jit
-def _add_rate(dest, src, iters):
+def _add_rate(dest, src, iters, pe):
     for i in range(iters):
-        dev.atomic_add(dest, 1, 1)
+        dev.atomic_add(dest, 1, pe)
     dev.quiet()
 
 
 @cuda.jit
-def _fetch_add_rate(dest, src, iters):
+def _fetch_add_rate(dest, src, iters, pe):
     for i in range(iters):
-        dev.atomic_fetch_add(dest, 1, 1)
+        dev.atomic_fetch_add(dest, 1, pe)
 
 
 RATE_KERNELS = {"p": _p_rate, "put_nbi": _put_nbi_rate, "add": _add_rate, "fetch_add": _fetch_add_rate}
@@ -96,13 +99,13 @@ def _iterations(threads: int, messages: int) -> int:
     return max(2, messages // threads)
 
 
-def _pgas_figures(dest, src, iters: int, messages: int) -> dict:
-    figures = {"put latency us": _best(lambda: _put_latency[1, 1](dest, iters)) / iters * 1e6,
-               "fetch-add latency us": _best(lambda: _fadd_latency[1, 1](dest, iters)) / iters * 1e6}
+def _pgas_figures(dest, src, iters: int, messages: int, pe: int) -> dict:
+    figures = {"put latency us": _best(lambda: _put_latency[1, 1](dest, iters, pe)) / iters * 1e6,
+               "fetch-add latency us": _best(lambda: _fadd_latency[1, 1](dest, iters, pe)) / iters * 1e6}
     for t in THREADS:
         each = _iterations(t, messages)
         for kind, kernel in RATE_KERNELS.items():
-            figures[f"{kind} rate {t}"] = t * each / _best(lambda: kernel[1, t](dest, src, each))
+            figures[f"{kind} rate {t}"] = t * each / _best(lambda: kernel[1, t](dest, src, each, pe))
     return figures
 
 
@@ -187,7 +190,9 @@ def main(argv=None) -> None:
         if transports.remote_transport != transport:
             raise SystemExit(f"the {transport} path could not be set up here")
         if me == 0:
-            ours[transport] = _pgas_figures(dest, src, args.iters, args.messages)
+            ours[transport] = _pgas_figures(dest, src, args.iters, args.messages, 1)
+    if me == 0:
+        ours["self"] = _pgas_figures(dest, src, args.iters, args.messages, 0)   # no transport: the call itself
     pgas.barrier_all()
     comm = MPI.COMM_WORLD
     win = MPI.Win.Allocate(8 * max(THREADS), comm=comm)
@@ -197,13 +202,18 @@ def main(argv=None) -> None:
     win.Unlock_all()
     win.Free()
     if me == 0:
-        print(f"{'':26} {'ibgda':>11} {'proxy':>11} {'MPI':>11} {'ibgda/proxy':>12} {'ibgda vs MPI':>13}")
+        print(f"{'':26} {'ibgda':>11} {'proxy':>11} {'MPI':>11} {'self':>11} {'ibgda/proxy':>12} "
+              f"{'beyond self':>12} {'ibgda vs MPI':>13}")
         for key in ours["ibgda"]:
             latency = key.endswith("us")
-            gpu, cpu, mpi = ours["ibgda"][key], ours["proxy"][key], theirs[key]
+            gpu, cpu, mpi, call = ours["ibgda"][key], ours["proxy"][key], theirs[key], ours["self"][key]
             over_proxy = cpu / gpu if latency else gpu / cpu
             over_mpi = mpi / gpu if latency else gpu / mpi
-            print(f"{_label(key):26} {gpu:11,.1f} {cpu:11,.1f} {mpi:11,.1f} {over_proxy:12.3g} {over_mpi:13.3g}")
+            # seconds per operation each path adds to the call itself (its cost on this PE's own heap)
+            added = [(v - call) if latency else (1 / v - 1 / call) for v in (gpu, cpu)]
+            beyond = added[1] / added[0] if added[0] > 0 else float("nan")
+            print(f"{_label(key):26} {gpu:11,.1f} {cpu:11,.1f} {mpi:11,.1f} {call:11,.1f} {over_proxy:12.3g} "
+                  f"{beyond:12.3g} {over_mpi:13.3g}")
         if args.plot:
             _plot(args.plot, ours, theirs)
     pgas.free(src)

@@ -54,6 +54,7 @@ _I1, _I8, _I16, _I32, _I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.In
 _TEXT = _I8.as_pointer()
 _REGISTER = {8: "h", 32: "r", 64: "l"}
 _WAITING_FOR_ROOM, _WAITING_FOR_COMPLETION = 0, 1
+_MAX_MESSAGE = 1 << 30      # bytes per RDMA write or read
 _RMW_REQUEST = {RMW_ADD: AMO_ADD, RMW_AND: AMO_AND, RMW_OR: AMO_OR, RMW_XOR: AMO_XOR, RMW_XCHG: AMO_SWAP}
 
 
@@ -271,8 +272,8 @@ class _Library:
         """``(q, pe, to_peer, sym, sym_stride, other, other_stride, nelems, itemsize, nbi, fn,
         fn_length)``: ``to_peer``: the elements at ``other + i*other_stride*itemsize`` (this
         PE's heap) into PE ``pe``'s ``sym + i*sym_stride*itemsize``, else the reverse, for
-        i < nelems: one RDMA write/read when both are contiguous, else one per element.
-        Blocking unless ``nbi``."""
+        i < nelems: RDMA writes/reads of up to 1 GiB when both are contiguous, else one per
+        element. Blocking unless ``nbi``."""
         arguments = {"q": _I64, "pe": _I64, "to_peer": _I64, "sym": _I64, "sym_stride": _I64, "other": _I64,
                      "other_stride": _I64, "nelems": _I64, "itemsize": _I64, "nbi": _I64, "fn": _TEXT,
                      "fn_length": _I64}
@@ -300,23 +301,21 @@ class _Library:
             return b.call(submit, [q, pe, _I32(KIND_DATA), opcode, remote, lkey, local, b.trunc(nbytes, _I32),
                                    zero, zero, zero, zero, _I32(0), *fn_text])
         contiguous = b.and_(b.icmp_signed("==", sym_stride, _c(1)), b.icmp_signed("==", other_stride, _c(1)))
-        whole, strided, finish = (fn.append_basic_block(n) for n in ("whole", "strided", "finish"))
-        b.cbranch(contiguous, whole, strided)
-        b.position_at_end(whole)
-        start_whole = post(sym, other, b.mul(nelems, itemsize))
-        b.branch(finish)
-        b.position_at_end(strided)
-        with cgutils.for_range(b, nelems) as loop:
-            i = loop.index
-            post(b.add(sym, b.mul(b.mul(i, sym_stride), itemsize)), b.add(other, b.mul(b.mul(i, other_stride), itemsize)),
-                 itemsize)
-        last = b.sub(_descriptor_word(b, q, "last"), _c(1))     # the newest WQE: at or after this thread's last
-        strided_end = b.block
-        b.branch(finish)
-        b.position_at_end(finish)
-        start = b.phi(_I64)
-        start.add_incoming(start_whole, whole)
-        start.add_incoming(last, strided_end)
+        with b.if_else(contiguous) as (whole, strided):
+            with whole:          # messages of at most 1 GiB (a byte count's top bit marks inline data)
+                nbytes = b.mul(nelems, itemsize)
+                pieces = b.udiv(b.add(nbytes, _c(_MAX_MESSAGE - 1)), _c(_MAX_MESSAGE))
+                with cgutils.for_range(b, pieces) as loop:
+                    offset = b.mul(loop.index, _c(_MAX_MESSAGE))
+                    left = b.sub(nbytes, offset)
+                    post(b.add(sym, offset), b.add(other, offset),
+                         b.select(b.icmp_unsigned("<", left, _c(_MAX_MESSAGE)), left, _c(_MAX_MESSAGE)))
+            with strided:
+                with cgutils.for_range(b, nelems) as loop:
+                    i = loop.index
+                    post(b.add(sym, b.mul(b.mul(i, sym_stride), itemsize)),
+                         b.add(other, b.mul(b.mul(i, other_stride), itemsize)), itemsize)
+        start = b.sub(_descriptor_word(b, q, "last"), _c(1))     # the newest WQE: at or after this call's last
         with b.if_then(b.icmp_signed("==", nbi, _c(0))):
             b.call(complete, [q, pe, start, *fn_text])      # one queue pair completes in order
         b.ret_void()
@@ -434,7 +433,7 @@ def queue_codegen(builder, pe):
 def copy(typingctx, fn, pe, q, to_peer, sym, sym_stride, other, other_stride, nelems, itemsize, nbi):
     """``pgas_nic_copy``: addresses, strides in elements, ``itemsize`` bytes each."""
     def codegen(context, builder, sig, args):
-        numbers = [_int64(context, builder, sig, args, k) for k in range(1, 11)]
+        numbers = [_int64(context, builder, sig, args, k) for k in (2, 1, *range(3, 11))]   # q, pe, ...
         return _call(context, builder, "pgas_nic_copy", numbers + _fn_text(context, builder, sig, args, 0))
     return types.void(fn, pe, q, to_peer, sym, sym_stride, other, other_stride, nelems, itemsize, nbi), codegen
 

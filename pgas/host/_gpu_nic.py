@@ -25,6 +25,7 @@ import numpy as np
 from .._errors import PgasError
 from ._gpu_driver import checked, create_stream, device_array_at, numba_stream, synchronize
 from ._ibgda import DeviceQueue
+from . import _mlx5 as mlx5
 from ._nic import Nic
 
 __all__ = ["PinnedMemory", "GpuWindow", "GpuQueues", "atomic_kernel_source"]
@@ -113,6 +114,9 @@ class GpuWindow:
         self.base, self.device = base, device
         self._cell = pinned(1, np.uint64)              # where an atomic's old value lands
         self._kernel = _atomic_kernel()               # compiled now, not in the NIC thread
+        # launched once now, on a scratch word, so that its module is loaded before any
+        # user kernel runs (CUDA's lazy loading may wait for running kernels)
+        self._launch(0, self._cell.ctypes.data, (mlx5.OP_ATOMIC_FA, 0, 0, 0, 0), 8)   # add 0
         self._stream = None
 
     def _ready(self) -> int:
@@ -142,30 +146,59 @@ class GpuWindow:
         synchronize(stream)      # landed before the next request (a flag never before its data)
 
     def atomic(self, offset: int, opcode: int, operands: list, size: int) -> int:
-        stream = self._ready()
+        return self._launch(self._ready(), self.base + offset, (opcode, *operands), size)
+
+    def _launch(self, stream: int, address: int, request: tuple, size: int) -> int:
+        """Run the atomic kernel on ``address`` (``request``: opcode, four operands); the old value."""
         cell = self._cell.ctypes.data
-        self._kernel[1, 1, numba_stream(stream)](self.base + offset, opcode, size, *operands,
+        self._kernel[1, 1, numba_stream(stream)](address, request[0], size, *request[1:],
                                                   device_array_at(cell, (2,), np.uint32),
                                                   device_array_at(cell, (1,), np.uint64))
         synchronize(stream)
         return int(self._cell[0])
 
+    def close(self) -> None:
+        from cuda.bindings import driver
+
+        if self._stream is not None:
+            driver.cuStreamDestroy(self._stream)
+            self._stream = None
+
 
 class GpuQueues:
-    """The device queue pairs to every PE on another node, in pinned host memory the GPU
-    maps, and their rows in the device state (``device/_cuda_nic``)."""
+    """The device queue pairs to every PE on another node and their rows in the device state
+    (``device/_cuda_nic``). What the NIC reads or writes (send queue, doorbell record, CQs,
+    result cells, the rung word) is pinned host memory the GPU maps; what only GPU threads
+    touch (the descriptor with its counters, the ``waited`` flags) is device memory, as
+    NVSHMEM keeps it: GPU atomics on host memory are slow, and not atomic on every system."""
 
     def __init__(self, nic: Nic, pinned: PinnedMemory, heap_lkey: int, state, n_pes: int):
+        from cuda.bindings import driver
+
         from ..device._cuda_nic import ROW
+        from ._ibgda_code import W
 
         self.queues = {peer: DeviceQueue(nic, peer, pinned) for peer in nic.peers}
+        self._device: list[int] = []
         rows = np.zeros((n_pes, len(ROW)), np.int64)
         for peer, queue in self.queues.items():
-            nic.poll(queue.qp)
+            words = queue.descriptor.copy()
+            block = int(checked(driver.cuMemAlloc(words.nbytes + queue.qp.depth), "cuMemAlloc (a NIC queue)"))
+            self._device.append(block)
+            words[W["waited"]] = block + words.nbytes
+            checked(driver.cuMemcpyHtoD(block, words.ctypes.data, words.nbytes), "cuMemcpyHtoD (a NIC queue)")
+            checked(driver.cuMemsetD8(block + words.nbytes, 0, queue.qp.depth), "cuMemsetD8 (a NIC queue)")
+            nic.poll(queue.qp)            # its rung word (rung_at) stays in the pinned descriptor
             remote = nic.remote[peer]
-            rows[peer] = (queue.address, remote.rkey, remote.base, queue.lkey)
+            rows[peer] = (block, remote.rkey, remote.base, queue.lkey)
         state.set_nic(rows, heap_lkey)
 
     def close(self, nic: Nic) -> None:
+        """After the NIC thread has stopped."""
+        from cuda.bindings import driver
+
         for queue in self.queues.values():
             nic.deregister(queue.cells_region)
+        for block in self._device:
+            driver.cuMemFree(block)
+        self._device = []

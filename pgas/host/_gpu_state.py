@@ -133,10 +133,11 @@ class DeviceState:
         with the heap's local key (``device/_cuda_state``)."""
         _, words = _state_layout()
         start = self.words.size
-        self.words = np.concatenate([self.words, rows.reshape(-1).astype(np.int64)])
-        if self.words.nbytes > self.size:
-            raise PgasError(f"pgas.init: the device state block with its NIC rows needs {self.words.nbytes} bytes, "
+        grown = np.concatenate([self.words, rows.reshape(-1).astype(np.int64)])
+        if grown.nbytes > self.size:
+            raise PgasError(f"pgas.init: the device state block with its NIC rows needs {grown.nbytes} bytes, "
                             f"more than the {self.size} mapped at {self.address:#x}")
+        self.words = grown
         self.words[words["nic_rows"]] = start
         self.words[words["heap_lkey"]] = heap_lkey
         self.push()

@@ -58,6 +58,7 @@ class DeviceQueue:
         self.descriptor[code.W["qpn"]] = self.qp.qpn
         self.address = self.descriptor.__array_interface__["data"][0]
         self.qp.rung = self.descriptor[code.W["rung"]:code.W["rung"] + 1]
+        self.descriptor[code.W["rung_at"]] = self.qp.rung.__array_interface__["data"][0]
         self.sleepers: list = []        # heap of (completion floor awaited, id, event)
         self.lkey = self.cells_region.lkey
 

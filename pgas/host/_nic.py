@@ -323,8 +323,9 @@ class Nic:
         self.failure = text
         sys.stderr.write("".join(f"[PE {self.my_pe}] pgas NIC thread: {line}\n" for line in text.splitlines()))
         sys.stderr.flush()
-        from ._runtime import _end_job
-        _end_job("its NIC thread failed", 1)
+        from ._runtime import _end_job, device_error_behind
+        behind = device_error_behind()      # cuda: a kernel of this PE trapped, and the NIC then failed on its memory
+        _end_job("its NIC thread failed" if behind is None else f"raised {type(behind).__name__}: {behind}", 1)
 
     def _reap_sends(self) -> None:
         if self._sends:

@@ -44,7 +44,7 @@ class Transports:
         self.nic = self.engine = self.heap_region = None
         self.engines: dict = {}          # remote transport name -> its engine, made on first use
         self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
-        self.gpu_queues = self.pinned = None
+        self.gpu_queues = self.pinned = self.window = None
         if heap.device_arrays:
             self._connect_gpu(boot, heap)
             return
@@ -63,20 +63,19 @@ class Transports:
         from ._gpu_nic import GpuQueues, GpuWindow, PinnedMemory
 
         self.nic = Nic(boot.comm, boot.my_pe)
-        window = None
-        if self.remote and self.remote_transport == "ibgda":
-            self.pinned = PinnedMemory()
-            window = GpuWindow(heap.base, heap.device, self.pinned)
-        self.heap_region = self.nic.register_dmabuf(heap.dmabuf_fd(), heap.base, heap.size, ACCESS_REMOTE, window)
-        self.nic.connect(self.heap_region, self.remote)
-        if window is None:
+        self.heap_region = self.nic.register_dmabuf(heap.dmabuf_fd(), heap.base, heap.size, ACCESS_REMOTE)
+        self.nic.connect(self.heap_region, self.remote)     # collective: before anything that may fail here
+        if not self.remote or self.remote_transport != "ibgda":
             return
         try:
+            self.pinned = PinnedMemory()
+            self.window = GpuWindow(heap.base, heap.device, self.pinned)
             self.gpu_queues = GpuQueues(self.nic, self.pinned, self.heap_region.lkey, heap.state, boot.n_pes)
         except PgasError as e:
             sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path cannot be set up here ({e}); "
                              f"PEs on other nodes are unreachable from this one\n")
             return
+        self.heap_region.window = self.window     # the NIC reaches the heap from now on
         for pe in self.remote:
             self.kinds[pe] = "ibgda"
 
@@ -105,14 +104,17 @@ class Transports:
         """Stop the remote engines and the NIC (every PE must be done with this one: after a barrier)."""
         for engine in self.engines.values():
             engine.close()
-        if self.gpu_queues is not None:
-            self.gpu_queues.close(self.nic)
         if self.nic is not None:
             self.nic.deregister(self.heap_region)
             self.nic.close()
+        # after the NIC thread has stopped reading the queues and the heap
+        if self.gpu_queues is not None:
+            self.gpu_queues.close(self.nic)
+        if self.window is not None:
+            self.window.close()
         if self.pinned is not None:
-            self.pinned.close()      # after the NIC thread has stopped reading the queues
-        self.engines, self.engine, self.nic, self.gpu_queues, self.pinned = {}, None, None, None, None
+            self.pinned.close()
+        self.engines, self.engine, self.nic, self.gpu_queues, self.pinned, self.window = {}, None, None, None, None, None
 
     def regions(self) -> list[dict]:
         """The registered memory regions, for ``pgas.info()``."""
