@@ -1,9 +1,10 @@
 """The GPU-initiated NIC path of the cuda backend: device threads post their own WQEs.
 
-For each PE on another node the host (``host/_gpu_nic``) keeps a queue pair whose send
-queue, doorbell record, completion queues, result cells, ``waited`` flags and descriptor
-lie in pinned host memory mapped into the GPU; the emulated NIC, a CPU thread, polls the
-queues' ``rung`` words (a GPU cannot wake a CPU thread) and reaches the GPU heap with the
+For each PE on another node the host (``host/_gpu_nic``) keeps a queue pair: what the
+NIC reads or writes (send queue, doorbell record, completion queues, result cells, the
+rung word) in pinned host memory mapped into the GPU, the descriptor with its counters
+and the ``waited`` flags in device memory. The emulated NIC, a CPU thread, polls the
+queues' rung words (a GPU cannot wake a CPU thread) and reaches the GPU heap with the
 copy engines. Kernels run the code of ``pgas/_ibgda_ir`` (the simulator's: the same WQE
 bytes) built with the GPU's memory model (``GpuMemory``): system-scope PTX, since the
 CPU is the other side of every word.
@@ -15,8 +16,8 @@ and the local key of the queue's result cells.
 
 What each operation posts (one queue pair per PE: everything to one PE completes in
 order, so ``fence`` needs nothing more):
-- ``put``/``get``: one RDMA write/read for a contiguous copy, one per element for a
-  strided one; the local side must lie in the symmetric heap (the NIC reaches only
+- ``put``/``get``: RDMA writes/reads of up to 1 GiB for a contiguous copy, one per element
+  for a strided one; the local side must lie in the symmetric heap (the NIC reaches only
   registered memory). The blocking forms wait for the last WQE's completion.
 - ``p``: an inline write (up to 8 bytes); ``g``: an RDMA read into the WQE's result cell.
 - atomics: the mlx5 atomics (``_ibgda_ir.atomic_segments``); fetched values land in the
