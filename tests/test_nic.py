@@ -1,5 +1,6 @@
 """The emulated NIC: the mlx5 WQE/CQE layout byte by byte, the masked atomics, and
 requests the target must refuse (forged keys, addresses outside the registered heap)."""
+import functools
 import struct
 
 import numpy as np
@@ -351,6 +352,12 @@ def test_a_heap_the_nic_reaches_only_through_copies_takes_every_request(tmp_path
     _both_ok_as_two_nodes(tmp_path, WINDOWED, transport)
 
 
+@functools.cache
+def _compiled_atomic_result():
+    from numba import njit
+    return njit(mlx5.atomic_result)
+
+
 @pytest.mark.parametrize("opcode,size,operands,old,expected", [
     (mlx5.OP_ATOMIC_FA, 8, (5, 0, 0, 0), 2 ** 64 - 2, (3, True)),
     (mlx5.OP_ATOMIC_CS, 8, (9, 4, 0, 0), 4, (9, True)),
@@ -364,9 +371,8 @@ def test_a_heap_the_nic_reaches_only_through_copies_takes_every_request(tmp_path
 def test_the_value_an_mlx5_atomic_leaves(opcode, size, operands, old, expected):
     """``atomic_result``, which the cuda backend's NIC runs on GPU memory: plain Python here,
     and compiled by numba (as the GPU kernel does) with the same answers."""
-    from numba import njit
     with np.errstate(over="ignore"):
         new, changes = mlx5.atomic_result(opcode, size, *operands, old)
     assert (int(new), changes) == expected
-    compiled = njit(mlx5.atomic_result)(opcode, size, *(np.uint64(o) for o in operands), np.uint64(old))
+    compiled = _compiled_atomic_result()(opcode, size, *(np.uint64(o) for o in operands), np.uint64(old))
     assert (int(compiled[0]), compiled[1]) == expected
