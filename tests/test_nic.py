@@ -376,3 +376,37 @@ def test_the_value_an_mlx5_atomic_leaves(opcode, size, operands, old, expected):
     assert (int(new), changes) == expected
     compiled = _compiled_atomic_result()(opcode, size, *(np.uint64(o) for o in operands), np.uint64(old))
     assert (int(compiled[0]), compiled[1]) == expected
+
+
+def test_a_doorbells_worth_of_wqes_decodes_as_each_one_alone():
+    """``mlx5.read_wqes`` (one compiled call, ``_wqe_code``) against ``read_wqe`` one by one:
+    every kind of WQE, one- and two-block, wrapping round the queue."""
+    sq = np.zeros((16, mlx5.BB), np.uint8)
+    starts, index = [], 10
+    for kwargs in ({"opcode": mlx5.OP_RDMA_WRITE, "inline": b"\x01\x02\x03"},
+                   {"opcode": mlx5.OP_RDMA_WRITE, "lkey": 5, "laddr": 0x7000, "nbytes": 4096},
+                   {"opcode": mlx5.OP_RDMA_READ, "lkey": 5, "laddr": 0x7100, "nbytes": 8},
+                   {"opcode": mlx5.OP_ATOMIC_FA, "lkey": 6, "laddr": 0x8000, "operands": (42, 0)},
+                   {"opcode": mlx5.OP_ATOMIC_CS, "lkey": 6, "laddr": 0x8000, "operands": (2 ** 64 - 1, 3)},
+                   {"opcode": mlx5.OP_MASKED_FA, "opmod": mlx5.OPMOD_EXT_ATOMIC_4, "lkey": 6, "laddr": 0x8008,
+                    "operands": (5, 0)},
+                   {"opcode": mlx5.OP_MASKED_CS, "opmod": mlx5.OPMOD_EXT_ATOMIC_8, "lkey": 6, "laddr": 0x8010,
+                    "operands": (1, 2, 3, 4)},          # two blocks: 15 and 0
+                   {"opcode": mlx5.OP_MASKED_CS, "opmod": mlx5.OPMOD_EXT_ATOMIC_4, "lkey": 6, "laddr": 0x8018,
+                    "operands": (7, 8, 9, 10)}):
+        starts.append(index)
+        index += mlx5.write_wqe(sq, index, 0x123, raddr=0x1000 + 8 * index, rkey=9, **kwargs)
+    decoded = mlx5.read_wqes(sq, 10, index - 10)
+    assert len(decoded) == len(starts)
+    for row, start in zip(decoded, starts):
+        wqe = mlx5.read_wqe(sq, start)
+        assert (row["opcode"], row["opmod"], row["index"], row["qpn"], row["ds"], row["rkey"], row["raddr"],
+                bool(row["signaled"])) == (wqe.opcode, wqe.opmod, wqe.index, wqe.qpn, wqe.ds, wqe.rkey, wqe.raddr,
+                                           wqe.signaled)
+        assert (row["nbytes"], row["lkey"], row["laddr"], row["size"]) == (wqe.nbytes, wqe.lkey, wqe.laddr,
+                                                                          wqe.atomic_size)
+        assert row["length"] == (wqe.atomic_size or wqe.nbytes)
+        assert tuple(row["operands"][:len(wqe.operands)]) == tuple(wqe.operands)
+        assert bool(row["inline"]) == (wqe.inline is not None)
+        if wqe.inline is not None:
+            assert bytes(row["inline_data"][:wqe.nbytes]) == wqe.inline

@@ -168,12 +168,6 @@ def read_wqe(sq: np.ndarray, index: int) -> Wqe:
     return wqe
 
 
-# A basic block seen through every field a one-block WQE may have (overlapping views).
-_BLOCK = np.dtype({"names": ["ctrl0", "ctrl1", "fm_ce_se", "raddr", "rkey", "w32", "w36", "w40", "w44", "q32", "q40",
-                             "w48", "w52", "q56"],
-                   "formats": [">u4", ">u4", "u1", ">u8", ">u4", ">u4", ">u4", ">u4", ">u4", ">u8", ">u8", ">u4", ">u4",
-                               ">u8"],
-                   "offsets": [0, 4, 11, 16, 24, 32, 36, 40, 44, 32, 40, 48, 52, 56], "itemsize": BB})
 # Decoded WQEs, one row each (what ``Wqe`` holds, for many at once). ``size``: atomic
 # operand size (0 for RDMA reads and writes); ``length``: the bytes the WQE moves (the
 # atomic size, else the byte count); ``inline_data``: the bytes of an inline write.
@@ -185,56 +179,12 @@ WQE_FIELDS = np.dtype([("opcode", "u1"), ("opmod", "u1"), ("signaled", "?"), ("i
 
 def read_wqes(sq: np.ndarray, index: int, blocks: int) -> np.ndarray:
     """Decode every WQE in the ``blocks`` basic blocks from WQE index ``index`` of ``sq``
-    (a doorbell's worth): a WQE_FIELDS array. One-block WQEs are decoded all at once with
-    a structured view; a batch holding a two-block WQE is decoded one WQE at a time."""
-    depth = sq.shape[0]
-    first = index % depth
-    rows = sq[first:first + blocks] if first + blocks <= depth else np.concatenate((sq[first:], sq[:first + blocks - depth]))
-    b = np.ascontiguousarray(rows).view(_BLOCK).reshape(blocks)
-    if ((b["ctrl1"] & 0xFF) * 16 > BB).any():
-        return _read_wqes_one_by_one(sq, index, blocks)
+    (a doorbell's worth): a WQE_FIELDS array, in one compiled call (``_wqe_code``)."""
+    from ._wqe_code import decoder
+
     out = np.zeros(blocks, WQE_FIELDS)
-    ctrl0 = b["ctrl0"]
-    opcode = (ctrl0 & 0xFF).astype(np.uint8)
-    out["opcode"], out["opmod"], out["index"] = opcode, ctrl0 >> 24, (ctrl0 >> 8) & 0xFFFF
-    out["qpn"], out["ds"] = b["ctrl1"] >> 8, b["ctrl1"] & 0xFF
-    out["signaled"] = (b["fm_ce_se"] & CQ_UPDATE) != 0
-    out["raddr"], out["rkey"] = b["raddr"], b["rkey"]
-    rw = (opcode == OP_RDMA_WRITE) | (opcode == OP_RDMA_READ)
-    inline = (opcode == OP_RDMA_WRITE) & ((b["w32"] & INLINE_FLAG) != 0)
-    out["inline"] = inline
-    out["nbytes"] = np.where(inline, b["w32"] & ~np.uint32(INLINE_FLAG) & 0xFFFFFFFF,
-                             np.where(rw, b["w32"], b["w48"]))
-    out["lkey"] = np.where(inline, 0, np.where(rw, b["w36"], b["w52"]))
-    out["laddr"] = np.where(inline, 0, np.where(rw, b["q40"], b["q56"]))
-    atomic = ~rw
-    masked = (opcode == OP_MASKED_CS) | (opcode == OP_MASKED_FA)
-    four = masked & (out["opmod"] == OPMOD_EXT_ATOMIC_4)
-    # as Wqe.atomic_size: from the opcode and opmod (0 for an opcode that is not an atomic)
-    out["size"] = np.where((opcode == OP_ATOMIC_CS) | (opcode == OP_ATOMIC_FA) | (masked & ~four), 8,
-                           np.where(four, 4, 0))
-    out["length"] = np.where(out["size"] > 0, out["size"], out["nbytes"])
-    eight = atomic & ~four
-    operands = out["operands"]
-    operands[four] = np.stack([b["w32"], b["w36"], b["w40"], b["w44"]], axis=1)[four]
-    operands[eight, 0], operands[eight, 1] = b["q32"][eight], b["q40"][eight]
-    if inline.any():
-        out["inline_data"][inline] = np.ascontiguousarray(rows)[inline, 36:36 + MAX_INLINE]
-    return out
-
-
-def _read_wqes_one_by_one(sq: np.ndarray, index: int, blocks: int) -> np.ndarray:
-    rows = []
-    end = index + blocks
-    while index < end:
-        wqe = read_wqe(sq, index)
-        inline = wqe.inline or b""
-        rows.append((wqe.opcode, wqe.opmod, wqe.signaled, wqe.inline is not None, wqe.index, wqe.qpn, wqe.ds,
-                     wqe.rkey, wqe.lkey, wqe.raddr, wqe.laddr, wqe.nbytes, wqe.atomic_size,
-                     wqe.atomic_size or wqe.nbytes,
-                     (tuple(wqe.operands) + (0, 0, 0, 0))[:4], tuple(inline.ljust(MAX_INLINE, b"\0"))))
-        index += wqe.blocks
-    return np.array(rows, WQE_FIELDS)
+    rows = decoder()(sq.__array_interface__["data"][0], sq.shape[0], index, blocks, out.__array_interface__["data"][0])
+    return out[:rows]
 
 
 def empty_cq(depth: int, allocate=np.zeros) -> np.ndarray:
