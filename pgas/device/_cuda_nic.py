@@ -349,7 +349,7 @@ class _Library:
         b.ret_void()
 
 
-_libraries: dict = {}
+_libraries: dict = {}      # code generator -> (the library, its IR module)
 
 
 def _library(context):
@@ -361,26 +361,18 @@ def _library(context):
         library.add_ir_module(module)
         library.add_linking_library(ptx.record_library(context, record_type))
         library.finalize()
-        _libraries[codegen] = library
+        _libraries[codegen] = library, module
     return _libraries[codegen]
 
 
-_SIGNATURES = {
-    "pgas_nic_submit": (_I64, [_I64, _I64, _I32, _I32, _I64, _I32, _I64, _I32, _I64, _I64, _I64, _I64, _I32, _TEXT,
-                               _I64]),
-    "pgas_nic_complete": (ir.VoidType(), [_I64, _I64, _I64, _TEXT, _I64]),
-    "pgas_nic_copy": (ir.VoidType(), [_I64] * 10 + [_TEXT, _I64]),
-    "pgas_nic_result": (_I64, [_I64] * 4),
-    "pgas_nic_quiet": (ir.VoidType(), [_TEXT, _I64]),
-}
-
-
 def _call(context, builder, name: str, arguments):
-    context.active_code_library.add_linking_library(_library(context))
-    ret, params = _SIGNATURES[name]
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, params), name)
+    """Call library function ``name`` (declared here with the type it was defined with)."""
+    library, module = _library(context)
+    context.active_code_library.add_linking_library(library)
+    fnty = module.globals[name].ftype
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
     return builder.call(fn, [builder.bitcast(a, t) if isinstance(t, ir.PointerType) else a
-                             for a, t in zip(arguments, params)])
+                             for a, t in zip(arguments, fnty.args)])
 
 
 # Intrinsics: what the primitive layer calls ----------------------------------------
