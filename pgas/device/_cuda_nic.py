@@ -99,19 +99,22 @@ class GpuMemory:
 
 
 class _Word:
-    """An i64 IR value that ``atomic_segments`` computes with (``&``, ``~``)."""
+    """An i64 IR value that ``atomic_segments`` computes with (``&``, ``~``); ``words(builder)``
+    makes them."""
 
-    builder = None      # set while a call site is generated
-
-    def __init__(self, value):
-        self.value = value.value if isinstance(value, _Word) else \
-            _I64(value) if isinstance(value, int) else value
+    def __init__(self, builder, value):
+        self.builder = builder
+        self.value = value.value if isinstance(value, _Word) else _I64(value) if isinstance(value, int) else value
 
     def __and__(self, other):
-        return _Word(self.builder.and_(self.value, _Word(other).value))
+        return _Word(self.builder, self.builder.and_(self.value, _Word(self.builder, other).value))
 
     def __invert__(self):
-        return _Word(self.builder.not_(self.value))
+        return _Word(self.builder, self.builder.not_(self.value))
+
+    @staticmethod
+    def words(builder):
+        return lambda value: _Word(builder, value)
 
 
 # The library: IR functions defined once per code generator, linked into the kernels
@@ -494,8 +497,7 @@ def _atomic_call(context, builder, sig, args, request, value, compare, fetch):
 def _post_atomic(context, builder, fn_text, pe, q, address, size, request, value, compare, fetch):
     """Post atomic ``request`` (AMO_*) with operand bits ``value``/``compare`` (i64); with
     ``fetch`` (an i1), wait and return the old value's bits, else 0."""
-    _Word.builder = builder
-    kind, opcode_opmod, *operands = atomic_segments(request, size, _Word(value), _Word(compare), word=_Word)
+    kind, opcode_opmod, *operands = atomic_segments(request, size, value, compare, word=_Word.words(builder))
     start = _submit(context, builder, fn_text, q, pe, kind, opcode_opmod, address,
                     builder.trunc(_row(builder, pe, _CELLS_LKEY), _I32), size, [w.value for w in operands],
                     builder.zext(fetch, _I32))
