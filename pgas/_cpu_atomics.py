@@ -11,10 +11,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import platform
-import threading
 
 import numpy as np
 
+from ._cpu_code import built_once, compile_ir
 from ._errors import PgasValueError
 from ._reductions import BITWISE_OPS  # integers only here
 
@@ -81,20 +81,12 @@ class _Compiled:
     """The compiled functions, built on first use (llvmlite start-up is not free)."""
 
     def __init__(self):
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
         llvm_types = {t: a for t, a, _ in _TYPES.values()}
         ir = _IR_FENCE + "".join(_IR_PER_TYPE.format(t=t, a=a) for t, a in llvm_types.items())
         ir += "".join(_IR_PER_INT.format(t=t, op=op) for t in ("i32", "i64") for op in RMW_OPS)
         ir += "".join(_IR_CAS.format(t=t) for t in ("i32", "i64"))
         ir += "".join(_IR_FADD.format(t=_TYPES[d][0]) for d in FLOAT_DTYPES)
-        module = llvm.parse_assembly(ir)
-        module.verify()
-        machine = llvm.Target.from_default_triple().create_target_machine()
-        self._engine = llvm.create_mcjit_compiler(module, machine)  # keeps the code alive
-        self._engine.finalize_object()
+        self._engine = compile_ir(ir)       # keeps the code alive
         address = self._engine.get_function_address
         self.loads, self.stores, self.rmws, self.cas = {}, {}, {}, {}
         for dtype, (t, _, ctype) in _TYPES.items():
@@ -110,17 +102,7 @@ class _Compiled:
         self.fence = ctypes.CFUNCTYPE(None)(address("fence_seq_cst"))
 
 
-_compiled: _Compiled | None = None
-_compiling = threading.Lock()
-
-
-def _get() -> _Compiled:
-    global _compiled
-    if _compiled is None:
-        with _compiling:  # simulated threads race here; a second engine would be freed under them
-            if _compiled is None:
-                _compiled = _Compiled()
-    return _compiled
+_get = built_once(_Compiled)
 
 
 def _check_dtype(dtype: np.dtype, fn: str, what: str, allowed) -> None:

@@ -130,9 +130,8 @@ def _refusal(fn: str, pe: int, raddr: int, summary: int) -> PgasError:
     opcode, opmod, count, syndrome = summary & 0xFF, (summary >> 8) & 0xFF, (summary >> 16) & 0x7FFFFFFF, \
         (summary >> 56) & 0xFF
     what = mlx5.OPCODE_NAMES.get(opcode, f"opcode {opcode:#x}")
-    if opcode not in (mlx5.OP_RDMA_WRITE, mlx5.OP_RDMA_READ):
-        count = 4 if opcode in (mlx5.OP_MASKED_CS, mlx5.OP_MASKED_FA) and opmod == mlx5.OPMOD_EXT_ATOMIC_4 else 8
-    return PgasError(mlx5.refusal(fn, what, pe, raddr & (2 ** 64 - 1), count, syndrome))
+    nbytes = mlx5.atomic_size(opcode, opmod) or count        # an atomic's size, else the byte count
+    return PgasError(mlx5.refusal(fn, what, pe, raddr & (2 ** 64 - 1), nbytes, syndrome))
 
 
 def from_record(words: np.ndarray, timeout: float) -> PgasError | None:

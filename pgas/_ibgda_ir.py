@@ -37,7 +37,7 @@ from .host import _mlx5 as mlx5
 
 __all__ = ["DESCRIPTOR", "W", "KIND_DATA", "KIND_INLINE", "KIND_ATOMIC", "KIND_MASKED_CS_8", "POST_ARGS",
            "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR", "AMO_XOR", "AMO_FETCH",
-           "OP_NAMES", "atomic_segments", "define_post", "define_progress", "define_refused"]
+           "OP_NAMES", "atomic_segments", "define_post", "define_progress", "define_refused", "bswap"]
 
 # The requests a remote path carries (both engines, and the cuda device code)
 PUT, PUT_INLINE, GET, AMO_ADD, AMO_CAS, AMO_SWAP, AMO_AND, AMO_OR, AMO_XOR, AMO_FETCH = range(10)
@@ -103,12 +103,13 @@ def _c(value: int, typ=I64):
     return ir.Constant(typ, value)
 
 
-def _intrinsic(module, name: str, typ):
-    """``llvm.<name>`` for ``typ`` (declared once per module)."""
-    full = f"llvm.{name}.i{typ.width}"
-    if full in module.globals:
-        return module.globals[full]
-    return ir.Function(module, ir.FunctionType(typ, [typ]), full)
+def bswap(builder, value):
+    """``value`` (an integer of 16 to 64 bits) with its bytes reversed (``llvm.bswap``,
+    declared once per module): big-endian fields to and from native words."""
+    typ = value.type
+    name = f"llvm.bswap.i{typ.width}"
+    swap = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(typ, [typ]), name)
+    return builder.call(swap, [value])
 
 
 class _Queue:
@@ -141,7 +142,7 @@ class _Wqe:
 
     def be(self, offset: int, value):
         """Big-endian ``value`` (i32 or i64) at ``offset``."""
-        swapped = self.b.call(_intrinsic(self.b.module, "bswap", value.type), [value])
+        swapped = bswap(self.b, value)
         self.b.store(swapped, self.at(offset, value.type), align=value.type.width // 8)
 
     def raw32(self, offset: int, value):
@@ -276,7 +277,7 @@ def define_post(module, memory, name: str = "ibgda_post", linkage: str = "") -> 
     b.position_at_end(publish)
     memory.store(b, b.add(start, _c(1)), queue.word("last"), "release")
     producer = b.trunc(b.and_(end, _c(0xFFFF)), I32)
-    memory.store(b, b.call(_intrinsic(module, "bswap", I32), [producer]), queue.pointer("dbr", I32),
+    memory.store(b, bswap(b, producer), queue.pointer("dbr", I32),
                  "release")                                                      # doorbell record
     memory.store(b, b.load(wqe.at(0, I64), align=8), queue.word("doorbell"), "release")   # doorbell register
     memory.store(b, end, queue.word("ready"), "release")

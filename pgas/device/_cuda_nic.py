@@ -40,12 +40,12 @@ from numba.cuda.extending import intrinsic
 
 from .._device_errors import NIC_REFUSED, NIC_TIMEOUT, NIC_WIDE, NOT_REGISTERED
 from .._ibgda_ir import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AMO_XOR, KIND_DATA, KIND_INLINE,
-                         W, atomic_segments, define_post, define_progress, define_refused)
+                         W, atomic_segments, bswap, define_post, define_progress, define_refused)
 from ..host import _mlx5 as mlx5
 from . import _cuda_ptx as ptx
 from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
-from ._cuda_state import (_HEAP_BASE, _HEAP_LKEY, _HEAP_SIZE, _MAILBOX, _MY_PE, _N_PES, _NIC_ROWS, _TIMEOUT_NS,
-                          load_state)
+from ._cuda_state import (_HEAP_BASE, _HEAP_LKEY, _HEAP_SIZE, _MAILBOX, _MY_PE, _N_PES, _NIC_ROWS, load_state,
+                          record_failure, timed_out_codegen)
 
 __all__ = ["ROW", "GpuMemory", "queue_codegen", "copy", "store", "load", "rmw", "compare_swap", "atomic_load", "quiet"]
 
@@ -135,10 +135,8 @@ def _descriptor_word(b, q, name: str):
 
 def _big_endian(b, address, size: int):
     """The ``size``-byte big-endian number at ``address``, as i64."""
-    swap = cgutils.get_or_insert_function(b.module, ir.FunctionType(ir.IntType(8 * size), [ir.IntType(8 * size)]),
-                                          f"llvm.bswap.i{8 * size}")
     word = _word_at(b, address)
-    return b.zext(b.call(swap, [b.trunc(word, _I32)]), _I64) if size == 4 else b.call(swap, [word])
+    return b.zext(bswap(b, b.trunc(word, _I32)), _I64) if size == 4 else bswap(b, word)
 
 
 def _row(b, pe, column: int):
@@ -178,11 +176,6 @@ class _Library:
         what = empty if what_text is None else what_text
         b.call(self.record, [load_state(b, _c(_MAILBOX)), load_state(b, _c(_MY_PE)), _c(kind), *fn_text, *what,
                              *empty, a, b_, c])
-
-    def timed_out(self, b, started):
-        """Back off (``nanosleep``); True once PGAS_TIMEOUT has passed since ``started``."""
-        ptx.inline_asm(b, "nanosleep.u32 200;", "~{memory}", ir.VoidType(), [])
-        return b.icmp_signed(">", b.sub(ptx.read_globaltimer(b), started), load_state(b, _c(_TIMEOUT_NS)))
 
     def build(self):
         module = self.module
@@ -235,7 +228,7 @@ class _Library:
         b.cbranch(b.icmp_signed(">", floor, start), done, wait)
         b.position_at_end(wait)
         b.call(check_refused, [q, pe, *fn_text])
-        with b.if_then(self.timed_out(b, started), likely=False):
+        with b.if_then(timed_out_codegen(b, started), likely=False):
             self.fail(b, NIC_TIMEOUT, fn_text, None, pe, _c(_WAITING_FOR_COMPLETION), _c(0))
         b.branch(loop)
         b.position_at_end(done)
@@ -265,7 +258,7 @@ class _Library:
         b.position_at_end(full)
         b.call(progress, [descriptor])
         b.call(check_refused, [q, pe, *fn_text])
-        with b.if_then(self.timed_out(b, started), likely=False):
+        with b.if_then(timed_out_codegen(b, started), likely=False):
             self.fail(b, NIC_TIMEOUT, fn_text, None, pe, _c(_WAITING_FOR_ROOM), _c(0))
         b.branch(loop)
         b.position_at_end(done)
@@ -404,25 +397,24 @@ def _itemsize(context, dtype) -> int:
     return ptx.width_of(context, dtype) // 8
 
 
-def _refuse_wide(context, builder, dtype, fn_text, what_text, pe) -> bool:
+def _refuse_wide(context, builder, sig, args, dtype, pe) -> bool:
     """A single element through the NIC travels in 8 bytes (inline data, a result cell):
-    for a wider dtype, the call records NIC_WIDE (and traps). True when it did."""
+    for a wider dtype, the call (its ``fn`` and ``what`` first) records NIC_WIDE (and
+    traps). True when it did."""
     size = _itemsize(context, dtype)
     if size <= 8:
         return False
-    ptx.call_record_error(builder, context, [load_state(builder, _c(_MAILBOX)), load_state(builder, _c(_MY_PE)),
-                                             _c(NIC_WIDE), *fn_text, *what_text, ir.Constant(_TEXT, None), _c(0),
-                                             _c(size), pe, _c(0)])
+    record_failure(context, builder, NIC_WIDE, [(sig.args[0], args[0]), (sig.args[1], args[1]), ("", None)],
+                   [_c(size), pe, _c(0)])
     return True
 
 
 def queue_codegen(builder, pe):
     """The descriptor address (i64) of this PE's queue pair to PE ``pe`` (i64, checked
     before); 0 where there is none."""
-    rows = load_state(builder, _c(_NIC_ROWS))
     # with no rows, the word read is one of the state block's first ones: read, then ignored
-    found = load_state(builder, builder.add(rows, builder.mul(pe, _c(len(ROW)))))
-    return builder.select(builder.icmp_signed("!=", rows, _c(0)), found, _c(0))
+    found = _row(builder, pe, _DESCRIPTOR)
+    return builder.select(builder.icmp_signed("!=", load_state(builder, _c(_NIC_ROWS)), _c(0)), found, _c(0))
 
 
 @intrinsic
@@ -441,11 +433,6 @@ def _submit(context, builder, fn_text, q, pe, kind, opcode_opmod, address, lkey,
                   waited, *fn_text])
 
 
-def _address(context, builder, array_type, array):
-    data = context.make_array(array_type)(context, builder, value=array).data
-    return builder.ptrtoint(data, _I64)
-
-
 @intrinsic
 def store(typingctx, fn, what, pe, q, arr, value):
     """PE ``pe``'s ``arr[0] = value``: an inline write, complete at ``quiet``."""
@@ -453,10 +440,10 @@ def store(typingctx, fn, what, pe, q, arr, value):
 
     def codegen(context, builder, sig, args):
         fn_text, pe = _fn_text(context, builder, sig, args, 0), _int64(context, builder, sig, args, 2)
-        if not _refuse_wide(context, builder, dtype, fn_text, _fn_text(context, builder, sig, args, 1), pe):
+        if not _refuse_wide(context, builder, sig, args, dtype, pe):
             bits = _bits(context, builder, dtype, context.cast(builder, args[5], sig.args[5], dtype))
             _submit(context, builder, fn_text, _int64(context, builder, sig, args, 3), pe, KIND_INLINE,
-                    mlx5.OP_RDMA_WRITE, _address(context, builder, sig.args[4], args[4]), _I32(0),
+                    mlx5.OP_RDMA_WRITE, ptx.address_codegen(context, builder, sig.args[4], args[4]), _I32(0),
                     _itemsize(context, dtype), [bits, _c(0), _c(0), _c(0)], _I32(0))
         return context.get_dummy_value()
     return types.void(fn, what, pe, q, arr, value), codegen
@@ -469,12 +456,12 @@ def load(typingctx, fn, what, pe, q, arr):
 
     def codegen(context, builder, sig, args):
         fn_text, pe = _fn_text(context, builder, sig, args, 0), _int64(context, builder, sig, args, 2)
-        if _refuse_wide(context, builder, dtype, fn_text, _fn_text(context, builder, sig, args, 1), pe):
+        if _refuse_wide(context, builder, sig, args, dtype, pe):
             return context.get_constant_null(dtype)
         q = _int64(context, builder, sig, args, 3)
         size = _itemsize(context, dtype)
         start = _submit(context, builder, fn_text, q, pe, KIND_DATA, mlx5.OP_RDMA_READ,
-                        _address(context, builder, sig.args[4], args[4]), builder.trunc(_row(builder, pe, _CELLS_LKEY),
+                        ptx.address_codegen(context, builder, sig.args[4], args[4]), builder.trunc(_row(builder, pe, _CELLS_LKEY),
                                                                                         _I32),
                         size, [_c(0)] * 4, _I32(1))
         _call(context, builder, "pgas_nic_complete", [q, pe, start, *fn_text])
@@ -488,7 +475,7 @@ def _atomic_call(context, builder, sig, args, request, value, compare, fetch):
     dtype = sig.args[3].dtype
     fn_text, pe, q = (_fn_text(context, builder, sig, args, 0), _int64(context, builder, sig, args, 1),
                       _int64(context, builder, sig, args, 2))
-    address = _address(context, builder, sig.args[3], args[3])
+    address = ptx.address_codegen(context, builder, sig.args[3], args[3])
     size = _itemsize(context, dtype)
     fetched = _post_atomic(context, builder, fn_text, pe, q, address, size, request, value, compare, fetch)
     return _from_bits(context, builder, dtype, fetched)
@@ -531,7 +518,7 @@ def rmw(typingctx, fn, pe, q, arr, op, value, fetch):
                                 fetch)
         fn_text, pe, q = (_fn_text(context, builder, sig, args, 0), _int64(context, builder, sig, args, 1),
                           _int64(context, builder, sig, args, 2))
-        address, size = _address(context, builder, sig.args[3], args[3]), _itemsize(context, dtype)
+        address, size = ptx.address_codegen(context, builder, sig.args[3], args[3]), _itemsize(context, dtype)
         yes = _I1(1)
         first = _post_atomic(context, builder, fn_text, pe, q, address, size, AMO_FETCH, _c(0), _c(0), yes)
         entry = builder.block

@@ -28,7 +28,7 @@ from .._errors import PgasError
 from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
 from ._cuda_ir import constant_text
 
-__all__ = ["inline_asm", "load_codegen", "name", "address_of", "flat_view", "flat_or_none", "flat_codegen", "view_at",
+__all__ = ["inline_asm", "load_codegen", "name", "address_of", "address_codegen", "flat_view", "flat_or_none", "flat_codegen", "view_at",
            "array_at", "ld_relaxed", "ld_seq_cst", "st_relaxed", "atomic", "atomic_cas", "cast_like", "globaltimer",
            "read_globaltimer", "string_argument", "word_argument", "record_library", "call_record_error",
            "width_of", "to_bits", "from_bits"]
@@ -83,9 +83,13 @@ def name(typingctx, text):
 def address_of(typingctx, arr):
     """The address of ``arr``'s first element."""
     def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[0])(context, builder, value=args[0]).data
-        return builder.ptrtoint(data, _I64)
+        return address_codegen(context, builder, sig.args[0], args[0])
     return types.uint64(arr), codegen
+
+
+def address_codegen(context, builder, array_type, array):
+    """The address (i64) of ``array``'s first element."""
+    return builder.ptrtoint(context.make_array(array_type)(context, builder, value=array).data, _I64)
 
 
 def array_at(context, builder, array_type, address, count):

@@ -20,7 +20,8 @@ from numba.cuda.extending import intrinsic
 from .._env import setting
 from . import _cuda_ptx as ptx
 
-__all__ = ["STATE_ADDRESS", "STATE_WORDS", "load_state", "state_word", "record_failure", "fail", "timed_out"]
+__all__ = ["STATE_ADDRESS", "STATE_WORDS", "load_state", "state_word", "record_failure", "fail", "timed_out",
+           "timed_out_codegen"]
 
 STATE_ADDRESS = setting("PGAS_STATE_ADDRESS")   # mapped there by the host runtime in every PE
 # state word indices
@@ -74,8 +75,12 @@ def fail(typingctx, kind, fn, what, why, a, b, c):
 def timed_out(typingctx, started):
     """Back off (``nanosleep``); True once PGAS_TIMEOUT has passed since ``started``."""
     def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        ptx.inline_asm(builder, "nanosleep.u32 200;", "~{memory}", ir.VoidType(), [])
-        now = ptx.read_globaltimer(builder)
-        return builder.icmp_signed(">", builder.sub(now, args[0]), load_state(builder, i64(_TIMEOUT_NS)))
+        return timed_out_codegen(builder, args[0])
     return types.boolean(types.int64), codegen
+
+
+def timed_out_codegen(builder, started):
+    """``timed_out`` in place: back off, then whether PGAS_TIMEOUT has passed since ``started`` (an i1)."""
+    ptx.inline_asm(builder, "nanosleep.u32 200;", "~{memory}", ir.VoidType(), [])
+    now = ptx.read_globaltimer(builder)
+    return builder.icmp_signed(">", builder.sub(now, started), load_state(builder, ir.IntType(64)(_TIMEOUT_NS)))

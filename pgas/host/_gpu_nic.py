@@ -113,10 +113,12 @@ class GpuWindow:
     def __init__(self, base: int, device: int, pinned: PinnedMemory):
         self.base, self.device = base, device
         self._cell = pinned(1, np.uint64)              # where an atomic's old value lands
+        cell = self._cell.ctypes.data
+        self._cell_views = (device_array_at(cell, (2,), np.uint32), device_array_at(cell, (1,), np.uint64))
         self._kernel = _atomic_kernel()               # compiled now, not in the NIC thread
         # launched once now, on a scratch word, so that its module is loaded before any
         # user kernel runs (CUDA's lazy loading may wait for running kernels)
-        self._launch(0, self._cell.ctypes.data, (mlx5.OP_ATOMIC_FA, 0, 0, 0, 0), 8)   # add 0
+        self._launch(0, cell, (mlx5.OP_ATOMIC_FA, 0, 0, 0, 0), 8)   # add 0
         self._stream = None
 
     def _ready(self) -> int:
@@ -150,10 +152,7 @@ class GpuWindow:
 
     def _launch(self, stream: int, address: int, request: tuple, size: int) -> int:
         """Run the atomic kernel on ``address`` (``request``: opcode, four operands); the old value."""
-        cell = self._cell.ctypes.data
-        self._kernel[1, 1, numba_stream(stream)](address, request[0], size, *request[1:],
-                                                  device_array_at(cell, (2,), np.uint32),
-                                                  device_array_at(cell, (1,), np.uint64))
+        self._kernel[1, 1, numba_stream(stream)](address, request[0], size, *request[1:], *self._cell_views)
         synchronize(stream)
         return int(self._cell[0])
 

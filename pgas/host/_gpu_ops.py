@@ -230,7 +230,7 @@ def _collective_kernel(name: str):
     return cuda.jit(run)
 
 
-def collective(name: str, team: int, dest, src, *extra, pes=(), stream, fn: str) -> None:
+def collective(name: str, team: int, dest, src, *extra, pes, stream, fn: str) -> None:
     """Run device collective ``name`` (``broadcast``, ``fcollect``, ``alltoall``,
     ``<op>_reduce``, ``<op>_reducescatter``) over ``team`` (its members: ``pes``) as a
     one-block kernel. Device reductions read every member's data in place: a member on

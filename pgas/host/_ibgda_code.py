@@ -9,10 +9,10 @@ simulator's interpreter lock; this is one call.
 from __future__ import annotations
 
 import ctypes
-import threading
 
 from llvmlite import ir
 
+from .._cpu_code import built_once, compile_ir
 from .._ibgda_ir import (DESCRIPTOR, KIND_ATOMIC, KIND_DATA, KIND_INLINE, KIND_MASKED_CS_8, W, define_post,
                          define_progress, define_refused)
 
@@ -72,15 +72,7 @@ class _Compiled:
     one concurrent GPU threads need (``concurrent_post`` calls it without the lock)."""
 
     def __init__(self):
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        module = llvm.parse_assembly(_module_text())
-        module.verify()
-        machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
-        self._engine = llvm.create_mcjit_compiler(module, machine)    # keeps the code alive
-        self._engine.finalize_object()
+        self._engine = compile_ir(_module_text())     # keeps the code alive
         self.post_address = self._engine.get_function_address("ibgda_post")
         self.progress_address = self._engine.get_function_address("ibgda_progress")
         self.post = ctypes.PYFUNCTYPE(ctypes.c_int64, *_ARGS)(self.post_address)
@@ -89,18 +81,7 @@ class _Compiled:
             self._engine.get_function_address("ibgda_refused"))
 
 
-_compiled: _Compiled | None = None
-_compiling = threading.Lock()
-
-
-def compiled() -> _Compiled:
-    """The compiled functions (built on first use; llvmlite errors propagate)."""
-    global _compiled
-    if _compiled is None:
-        with _compiling:
-            if _compiled is None:
-                _compiled = _Compiled()
-    return _compiled
+compiled = built_once(_Compiled)    # the compiled functions, built on first use (llvmlite errors propagate)
 
 
 def concurrent_post():

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["BB", "OP_RDMA_WRITE", "OP_RDMA_READ", "OP_ATOMIC_CS", "OP_ATOMIC_FA", "OP_MASKED_CS",
-           "OP_MASKED_FA", "atomic_result", "OPMOD_EXT_ATOMIC_4", "OPMOD_EXT_ATOMIC_8", "CQ_UPDATE", "MAX_INLINE",
+           "OP_MASKED_FA", "atomic_result", "atomic_size", "OPMOD_EXT_ATOMIC_4", "OPMOD_EXT_ATOMIC_8", "CQ_UPDATE", "MAX_INLINE",
            "SYNDROME_LOCAL_PROT", "SYNDROME_REMOTE_INVALID", "SYNDROME_REMOTE_ACCESS", "SYNDROMES",
            "CQE_REQ", "CQE_REQ_ERR", "Wqe", "write_wqe", "read_wqe", "write_cqe", "read_cqe", "empty_cq",
            "write_collapsed_cqe", "refusal", "read_wqes", "WQE_FIELDS",
@@ -88,11 +88,16 @@ class Wqe:
     @property
     def atomic_size(self) -> int:
         """Operand size of an atomic (4 or 8 bytes); 0 for RDMA reads and writes."""
-        if self.opcode in (OP_ATOMIC_CS, OP_ATOMIC_FA):
-            return 8
-        if self.opcode in (OP_MASKED_CS, OP_MASKED_FA):
-            return 4 if self.opmod == OPMOD_EXT_ATOMIC_4 else 8
-        return 0
+        return atomic_size(self.opcode, self.opmod)
+
+
+def atomic_size(opcode: int, opmod: int) -> int:
+    """Operand size of atomic ``opcode`` with ``opmod`` (4 or 8 bytes); 0 for RDMA reads and writes."""
+    if opcode in (OP_ATOMIC_CS, OP_ATOMIC_FA):
+        return 8
+    if opcode in (OP_MASKED_CS, OP_MASKED_FA):
+        return 4 if opmod == OPMOD_EXT_ATOMIC_4 else 8
+    return 0
 
 
 def write_wqe(sq: np.ndarray, index: int, qpn: int, opcode: int, raddr: int, rkey: int, *,

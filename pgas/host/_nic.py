@@ -132,7 +132,6 @@ class QueuePair:
     cq: np.ndarray = None
     err_cq: np.ndarray | None = None
     rung: np.ndarray | None = None
-    polled: bool = False     # the NIC reads ``rung`` itself (posters that cannot ring: a GPU)
     on_completion: object = None    # called (from the NIC thread) after CQEs are written
     nic_index: int = 0       # next WQE index the NIC reads (in basic blocks)
     cqes_written: int = 0    # CQEs the NIC has written (error CQEs, when collapsed)
@@ -273,7 +272,6 @@ class Nic:
     def poll(self, qp: QueuePair) -> None:
         """Read ``qp``'s rung word on every pass (its posters cannot ring: GPU threads),
         polling briskly from now on (as NVSHMEM's CPU-assisted IBGDA proxy does)."""
-        qp.polled = True
         with self._rung_lock:
             self._polled.append(qp)
 

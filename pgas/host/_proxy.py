@@ -20,11 +20,11 @@ import traceback
 import numpy as np
 
 from .._errors import PgasError
+from .._ibgda_ir import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AMO_XOR, GET, OP_NAMES, PUT,
+                         PUT_INLINE, atomic_segments)
 from .._waiting import Wait
 from . import _mlx5 as mlx5
 from ._nic import ACCESS_LOCAL, Nic, precise_sleeps, sleep_until
-from .._ibgda_ir import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AMO_XOR, GET, OP_NAMES, PUT,
-                         PUT_INLINE, atomic_segments)
 
 __all__ = ["Proxy", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR",
            "AMO_XOR", "AMO_FETCH", "OP_NAMES", "REQUEST", "atomic_wqe"]

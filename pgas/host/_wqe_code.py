@@ -12,10 +12,11 @@ into ``out``, an array of ``mlx5.WQE_FIELDS`` records, and returns how many it w
 from __future__ import annotations
 
 import ctypes
-import threading
 
 from llvmlite import ir
 
+from .._cpu_code import built_once, compile_ir
+from .._ibgda_ir import bswap
 from . import _mlx5 as mlx5
 
 __all__ = ["decoder"]
@@ -52,10 +53,8 @@ def _build(module) -> None:
         return b.bitcast(b.gep(sq, [byte]), typ.as_pointer())
 
     def big_endian(offset: int, typ):
-        swap = module.globals.get(f"llvm.bswap.i{typ.width}") or ir.Function(
-            module, ir.FunctionType(typ, [typ]), f"llvm.bswap.i{typ.width}")
-        return b.zext(b.call(swap, [b.load(at(offset, typ), align=1)]), _I64) if typ.width < 64 else \
-            b.call(swap, [b.load(at(offset, typ), align=1)])
+        value = bswap(b, b.load(at(offset, typ), align=1))
+        return b.zext(value, _I64) if typ.width < 64 else value
 
     def be32(offset):
         return big_endian(offset, _I32)
@@ -131,32 +130,18 @@ def _build(module) -> None:
 
 class _Compiled:
     def __init__(self):
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
         module = ir.Module("pgas_wqes")
         _build(module)
-        parsed = llvm.parse_assembly(str(module))
-        parsed.verify()
-        machine = llvm.Target.from_default_triple().create_target_machine(opt=2)
-        self._engine = llvm.create_mcjit_compiler(parsed, machine)     # keeps the code alive
-        self._engine.finalize_object()
+        self._engine = compile_ir(str(module))     # keeps the code alive
         # called with the interpreter lock held: one call, never preempted half way
         self.decode = ctypes.PYFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                         ctypes.c_int64, ctypes.c_void_p)(
             self._engine.get_function_address("decode_wqes"))
 
 
-_compiled: _Compiled | None = None
-_compiling = threading.Lock()
+_compiled = built_once(_Compiled)
 
 
 def decoder():
     """``decode_wqes`` (built on first use; llvmlite errors propagate)."""
-    global _compiled
-    if _compiled is None:
-        with _compiling:
-            if _compiled is None:
-                _compiled = _Compiled()
-    return _compiled.decode
+    return _compiled().decode
