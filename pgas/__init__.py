@@ -5,10 +5,10 @@ imported, so import pgas first in programs not started by ``pgasrun``.
 """
 __version__ = "0.1.0"
 
-from ._backend import backend_name as _backend_name
-from ._errors import PgasConfigError as _PgasConfigError
-from ._constants import *  # noqa: F401,F403
-from ._errors import *  # noqa: F401,F403
+from .core._backend import backend_name as _backend_name
+from .core._constants import *  # noqa: F401,F403
+from .core._errors import *  # noqa: F401,F403
+from .core._errors import PgasConfigError as _PgasConfigError
 
 try:
     _backend_name()
@@ -16,4 +16,3 @@ except _PgasConfigError:
     pass  # a bad PGAS_BACKEND: pgas.init and pgas.device raise it; pgasrun and pgas-info report it
 
 from .host import *  # noqa: E402,F401,F403
-

@@ -34,7 +34,7 @@ def gpu_usable_here() -> bool:
     """True when a GPU is usable. Asked once, in a child process, so that this one does
     not choose a backend."""
     if not _gpu_probe:
-        probe = "import sys; from pgas._backend import gpu_usable; sys.exit(0 if gpu_usable() else 1)"
+        probe = "import sys; from pgas.core._backend import gpu_usable; sys.exit(0 if gpu_usable() else 1)"
         env = {**pe_env(), "PGAS_BACKEND": "simulator"}
         _gpu_probe.append(subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT).returncode == 0)
     return _gpu_probe[0]
@@ -51,7 +51,7 @@ _compiler_probe: list = []
 
 def backend_in_use() -> str:
     """The backend (``"cuda"`` or ``"simulator"``) of the programs the tests start, as pgas
-    picks it (pgas/_backend.py): PGAS_BACKEND where it names one; under auto (the default)
+    picks it (pgas/core/_backend.py): PGAS_BACKEND where it names one; under auto (the default)
     cuda where a GPU is usable and NVVM is installed, else the simulator. Asked in child
     processes, once, so that this one does not choose a backend."""
     requested = os.environ.get("PGAS_BACKEND", "auto").strip().lower()
@@ -60,7 +60,7 @@ def backend_in_use() -> str:
     if not gpu_usable_here():
         return "simulator"
     if not _compiler_probe:
-        probe = "import sys; from pgas._backend import gpu_compiler_found; sys.exit(0 if gpu_compiler_found() else 1)"
+        probe = "import sys; from pgas.core._backend import gpu_compiler_found; sys.exit(0 if gpu_compiler_found() else 1)"
         env = {**pe_env(), "PGAS_BACKEND": "simulator"}
         _compiler_probe.append(subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT).returncode == 0)
     return "cuda" if _compiler_probe[0] else "simulator"

@@ -134,7 +134,7 @@ for a in live:
     pgas.free(a)
 after = pgas.info()
 assert after["heap_used"] == baseline["heap_used"], (baseline, after)
-from pgas.host._runtime import runtime
+from pgas.runtime._state import runtime
 assert runtime("t").allocator.largest_free() == baseline["heap_free"]   # fully merged again
 pgas.finalize()
 print("ok")
@@ -172,7 +172,7 @@ def test_backend_choice_and_bad_values():
 
 
 def test_pgas_info_lists_every_variable():
-    from pgas._env import VARIABLES
+    from pgas.core._env import VARIABLES
     proc = subprocess.run(["pgas-info"], capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, PGAS_SYMMETRIC_SIZE="64m"))
     assert proc.returncode == 0, proc.stderr

@@ -1,4 +1,4 @@
-"""The cuda layer's hand-built IR (``pgas/device/_cuda_ir.py``) runs on the CPU.
+"""The cuda layer's hand-built IR (``pgas/cuda/_ir.py``) runs on the CPU.
 
 The IR is plain LLVM, so numba's CPU target compiles the very same codegen. Copies and
 folds run every thread rank of a group in turn and are compared with numpy; comparisons
@@ -18,14 +18,14 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from pgas._constants import CMP_GT, CMP_NAMES, CMP_NE, SIGNAL_ADD, SIGNAL_SET
-from pgas._device_errors import _describe
-from pgas._errors import PgasError
-from pgas._reductions import OPS, ops_for
-from pgas._waiting import compare as python_compare
-from pgas.device._codes import reduce_code
-from pgas.device._cuda_ir import (FOLD_COPY, check_codegens, compare_codegen, constant_text, copy_strided_codegen,
-                                  copy_strided_type, fold_codegen, fold_type)
+from pgas.core._constants import CMP_GT, CMP_NAMES, CMP_NE, SIGNAL_ADD, SIGNAL_SET
+from pgas.core._device_errors import describe as _describe
+from pgas.core._errors import PgasError
+from pgas.core._reductions import OPS, ops_for
+from pgas.core._waiting import compare as python_compare
+from pgas.core._codes import reduce_code
+from pgas.cuda._ir import (FOLD_COPY, check_codegens, compare_codegen, constant_text, copy_strided_codegen,
+                           copy_strided_type, fold_codegen, fold_type)
 
 
 @intrinsic
@@ -265,7 +265,7 @@ def _simulator_message(check, *args):
 
 
 def test_value_checks_fail_where_the_simulators_do_with_the_same_text():
-    from pgas.device import _sim
+    from pgas.sim import _primitives as _sim
     why = "dest must hold team size x src.size elements"
     cases = [({"case": 0, "have": have, "need": need}, (_sim.check_size, FN, "dest", have, need, why))
              for have, need in ((3, 3), (3, 4), (0, 2))]

@@ -1,7 +1,7 @@
 """Errors of device checks: the same text on both backends.
 
 The simulator raises in the kernel; on a GPU the check writes an error record into the
-PE's mailbox and traps, and the host raises the record (``pgas/_device_errors.py``). The
+PE's mailbox and traps, and the host raises the record (``pgas/cuda/_error_record.py``). The
 first tests build records as the GPU writes them and compare the host's reading with
 what the simulator's own checks raise for the same arguments; the last run a failing
 kernel under pgasrun on whichever backend is in use (one failure per run: a GPU's trap
@@ -16,16 +16,17 @@ import pytest
 
 import pgas
 from conftest import PE_DIR, pgasrun
-from pgas import _checks, _device_errors, _waiting
-from pgas._device_errors import FN_BYTES, KIND, RECORD_WORDS, TEXT_WORD, WHAT_BYTES, from_record
-from pgas.device import _sim
-from pgas.host import _mlx5 as mlx5
-from pgas.host._team_table import team_of
-from pgas.host._transport import Transports
+from pgas.core import _checks, _device_errors, _waiting
+from pgas.cuda._error_record import FN_BYTES, RECORD_WORDS, TEXT_WORD, WHAT_BYTES, from_record
+from pgas.core._device_errors import KIND
+from pgas.sim import _primitives as _sim
+from pgas.nic import _mlx5 as mlx5
+from pgas.runtime._team_table import team_of
+from pgas.transport._routing import Transports
 
 
 def record(kind: int, fn: str, what: str = "", why: str = "", a=0, b=0, c=0, pe=1, tid=(3, 0, 0), ctaid=(2, 1, 0)):
-    """The words a GPU writes for one failed check (layout: pgas/_device_errors.py)."""
+    """The words a GPU writes for one failed check (layout: pgas/cuda/_error_record.py)."""
     words = np.zeros(RECORD_WORDS, np.int64)
     words[:9] = [2, kind, a, b, c, pe, sum(v << s for v, s in zip(tid, (0, 21, 42))),
                  sum(v << s for v, s in zip(ctaid, (0, 21, 42))),

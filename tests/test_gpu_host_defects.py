@@ -21,7 +21,9 @@ import pytest
 from cuda.bindings import driver
 
 import pgas
-from pgas.host import _gpu_heap, _gpu_ops, _gpu_state, _memory, _runtime
+from pgas.cuda import _heap as _gpu_heap, _state_block as _gpu_state
+from pgas.host import _gpu_ops, _memory
+from pgas.runtime import _state as _runtime
 
 SUCCESS = driver.CUresult.CUDA_SUCCESS
 STATE_ADDRESS = 0x7E00_0000_0000
@@ -121,7 +123,7 @@ def fake_runtime(monkeypatch, fake):
     """A runtime whose heap holds the internal stream (what ``_gpu_ops`` reads)."""
     rt = SimpleNamespace(heap=SimpleNamespace(stream=INTERNAL, reachable=lambda pe: pe < 2), on_gpu=True, n_pes=1,
                          transports=SimpleNamespace(kinds=["self", "p2p", "unreachable", "unreachable"],
-                                                    gpu_queues=None))
+                                                    gpu_path=None))
     monkeypatch.setattr(_runtime, "_runtime", rt)
     return rt
 
@@ -253,7 +255,8 @@ def test_a_strided_signal_is_refused_by_name(fake_runtime, call):
 
 
 def test_the_device_finds_the_mailbox_and_the_host_reads_what_a_check_wrote_there(fake):
-    from pgas._device_errors import KIND, TEXT_WORD
+    from pgas.core._device_errors import KIND
+    from pgas.cuda._error_record import TEXT_WORD
     heap = _gpu_heap.GpuSymmetricHeap(_boot(), HEAP_SIZE, 1.0)
     mailbox = heap.state.mailbox
     assert heap.state.words[STATE_WORDS["mailbox"]] == mailbox.device_address != 0

@@ -185,7 +185,7 @@ def test_pgas_info_lists_every_variable_and_marks_the_bad_ones():
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr + proc.stdout
-    from pgas._env import VARIABLES
+    from pgas.core._env import VARIABLES
     for name in VARIABLES:
         assert f"  {name}=" in proc.stdout
     assert "PGAS_BACKEND=gpu   <-- NOT VALID: expected one of auto, cuda, simulator" in proc.stdout

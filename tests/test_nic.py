@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from conftest import pe_lines, pgasrun
-from pgas.host import _mlx5 as mlx5
-from pgas.host import _proxy as proxy
-from pgas.host._nic import apply_atomic
+from pgas.nic import _mlx5 as mlx5
+from pgas.transport import _proxy as proxy
+from pgas.nic._target import apply_atomic
+from pgas.nic._wqe_code import read_wqes
 
 
 def _be(fmt, data, offset):
@@ -97,10 +98,11 @@ FORGED = r"""
 import numpy as np
 import pgas, pgas.device as dev
 from numba import cuda
-from pgas.host import _mlx5 as mlx5, _proxy as proxy
-from pgas.host._nic import RemoteRegion
-from pgas.host._memory import as_ndarray
-from pgas.host._runtime import runtime
+from pgas.nic import _mlx5 as mlx5
+from pgas.transport import _proxy as proxy
+from pgas.nic._regions import RemoteRegion
+from pgas.runtime._arrays import as_ndarray
+from pgas.runtime._state import runtime
 
 @cuda.jit
 def p_kernel(dest, pe):
@@ -184,7 +186,7 @@ def _both_ok_as_two_nodes(tmp_path, program: str, transport: str) -> None:
 FALLBACK = r"""
 import numpy as np
 import pgas
-from pgas.host import _ibgda_code
+from pgas.transport import _ibgda_code
 
 
 def unavailable():
@@ -271,9 +273,9 @@ import collections
 import numpy as np
 import pgas, pgas.device as dev
 from numba import cuda
-from pgas.host import _mlx5 as mlx5
-from pgas.host._memory import as_ndarray
-from pgas.host._runtime import runtime
+from pgas.nic import _mlx5 as mlx5
+from pgas.runtime._arrays import as_ndarray
+from pgas.runtime._state import runtime
 
 
 class CopyingWindow:
@@ -379,7 +381,7 @@ def test_the_value_an_mlx5_atomic_leaves(opcode, size, operands, old, expected):
 
 
 def test_a_doorbells_worth_of_wqes_decodes_as_each_one_alone():
-    """``mlx5.read_wqes`` (one compiled call, ``_wqe_code``) against ``read_wqe`` one by one:
+    """``read_wqes`` (one compiled call, ``_wqe_code``) against ``read_wqe`` one by one:
     every kind of WQE, one- and two-block, wrapping round the queue."""
     sq = np.zeros((16, mlx5.BB), np.uint8)
     starts, index = [], 10
@@ -396,7 +398,7 @@ def test_a_doorbells_worth_of_wqes_decodes_as_each_one_alone():
                     "operands": (7, 8, 9, 10)}):
         starts.append(index)
         index += mlx5.write_wqe(sq, index, 0x123, raddr=0x1000 + 8 * index, rkey=9, **kwargs)
-    decoded = mlx5.read_wqes(sq, 10, index - 10)
+    decoded = read_wqes(sq, 10, index - 10)
     assert len(decoded) == len(starts)
     for row, start in zip(decoded, starts):
         wqe = mlx5.read_wqe(sq, start)

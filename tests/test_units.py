@@ -3,9 +3,9 @@ import random
 
 import pytest
 
-from pgas._env import invalid_settings, parse_size, setting
-from pgas._errors import PgasConfigError, PgasError, PgasValueError
-from pgas.host._allocator import ALIGNMENT, HeapAllocator
+from pgas.core._env import invalid_settings, parse_size, setting
+from pgas.core._errors import PgasConfigError, PgasError, PgasValueError
+from pgas.runtime._allocator import ALIGNMENT, HeapAllocator
 
 
 def test_allocator_is_aligned_deterministic_and_merges():
@@ -82,7 +82,7 @@ def test_compiled_fold_gives_numpys_bits_for_every_dtype_and_op():
     ``reduce_into`` (numpy's ufuncs): integers wrap, bool ops are logical, NaN propagates."""
     import numpy as np
 
-    from pgas._reductions import OPS, REDUCTION_DTYPES, ops_for, reduce_into
+    from pgas.core._reductions import OPS, REDUCTION_DTYPES, ops_for, reduce_into
     from pgas.host._fold_code import compiled_fold
 
     rng = np.random.default_rng(5)

@@ -18,10 +18,10 @@ import numpy as np
 from mpi4py import MPI
 
 import pgas
-from pgas._env import parse_size
+from pgas.core._env import parse_size
 from pgas.host._collectives import auto_algorithm
-from pgas.host._runtime import runtime
-from pgas.host._team_table import team_of
+from pgas.runtime._state import runtime
+from pgas.runtime._team_table import team_of
 
 from ._plot import pyplot
 from ._timing import human_bytes, slowest_pe_seconds

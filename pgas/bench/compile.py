@@ -4,7 +4,7 @@
     python -m pgas.bench compile --warm         # one process: later kernels reuse helpers
 
 Each kernel is compiled to sm_90 PTX with the cuda backend (no GPU needed: the offline
-target of ``pgas.device._offline``), by ``numba.cuda.compile_ptx``. By default each is
+target of ``pgas.cuda._offline``), by ``numba.cuda.compile_ptx``. By default each is
 timed in a process of its own, after that process has compiled the plain kernel once (so
 numba's own start-up is not counted): this is what a program pays for its first call of
 the kernel. The plain kernel (``out[0] = 1``, no pgas) is the reference; the ratio
@@ -81,7 +81,7 @@ def _time_compiles(labels: list[str]) -> dict:
     """Seconds to compile each kernel in this process, after one warm-up compile."""
     from numba import cuda
 
-    from pgas.device._offline import OFFLINE_CC
+    from pgas.cuda._offline import OFFLINE_CC
     plain = next(iter(KERNELS))
     cuda.compile_ptx(*_kernel(plain), cc=OFFLINE_CC)   # numba's own first-compile costs
     seconds = {}

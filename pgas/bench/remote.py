@@ -30,7 +30,7 @@ from numba import cuda
 
 import pgas
 import pgas.device as dev
-from pgas.host._runtime import runtime
+from pgas.runtime._state import runtime
 
 from ._plot import pyplot
 

@@ -4,8 +4,8 @@ No context argument: the functions find the PE's runtime themselves. Symmetric
 arguments (``dest``, ``src``, ``ivar``, ``signal``) are arrays from ``pgas.empty/zeros/full``
 or slices of them; scalar operations act on element 0 (pass ``a[i:]`` for element i).
 """
-from .._constants import *  # noqa: F401,F403
-from .._constants import __all__ as _constants_all
+from ..core._constants import *  # noqa: F401,F403
+from ..core._constants import __all__ as _constants_all
 from . import _atomics, _collectives, _peer, _query, _rma, _signal, _sync, _wait_sets
 from ._primitives import prim as _prim
 

@@ -13,7 +13,7 @@ return). Integer results wrap as on the GPU (``atomic_add(u64, -1)`` subtracts o
 """
 from __future__ import annotations
 
-from ._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
+from ..core._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
 from ._primitives import prim as _p
 
 __all__ = ["atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap",

@@ -9,12 +9,12 @@ first says every member's ``src`` is ready, the last that every member has finis
 reading. An all-reduce is a reduce-scatter (member r reduces block r of everyone's
 ``src``) then an all-gather of the finished blocks, so each element is reduced once (by
 its block's owner) and ``dest`` may be ``src``. Results are identical on every member.
-Dtypes and ops: ``pgas/_reductions.py`` (every integer type, float16/32/64 and bool).
+Dtypes and ops: ``pgas/core/_reductions.py`` (every integer type, float16/32/64 and bool).
 """
 from __future__ import annotations
 
-from .._reductions import OPS, REDUCTION_DTYPES, ops_for
-from ._codes import BLOCK, THREAD, WARP, reduce_code
+from ..core._codes import BLOCK, THREAD, WARP, reduce_code
+from ..core._reductions import OPS, REDUCTION_DTYPES, ops_for
 from ._primitives import prim as _p
 from ._sync import _grouped_sync
 

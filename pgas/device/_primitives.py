@@ -1,13 +1,13 @@
 """Picks the primitive layer of the backend in use (``prim``)."""
 from __future__ import annotations
 
-from .._backend import backend_name
+from ..core._backend import backend_name
 
 __all__ = ["prim"]
 
 if backend_name() == "simulator":
-    from . import _sim as prim
+    from ..sim import _primitives as prim
 else:
-    from . import _offline
+    from ..cuda import _offline
     _offline.install()
-    from . import _cuda as prim
+    from ..cuda import _primitives as prim

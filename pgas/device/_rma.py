@@ -8,7 +8,7 @@ blocking ``put`` returns once ``src`` may be reused; the data is visible to the 
 """
 from __future__ import annotations
 
-from ._codes import BLOCK, THREAD, WARP
+from ..core._codes import BLOCK, THREAD, WARP
 from ._primitives import prim as _p
 
 __all__ = ["p", "g", "put", "get", "put_nbi", "get_nbi", "iput", "iget"]

@@ -8,8 +8,8 @@ its signal update is, so a PE that sees the signal (``signal_wait_until``) may r
 """
 from __future__ import annotations
 
-from .._constants import SIGNAL_SET
-from ._codes import BLOCK, RMW_ADD, RMW_XCHG, THREAD, WARP
+from ..core._codes import BLOCK, RMW_ADD, RMW_XCHG, THREAD, WARP
+from ..core._constants import SIGNAL_SET
 from ._primitives import prim as _p
 from ._rma import _copy
 

@@ -20,8 +20,8 @@ Guarantees, as in NVSHMEM:
 """
 from __future__ import annotations
 
-from .._constants import TEAM_WORLD
-from ._codes import BLOCK, RMW_ADD, THREAD, WARP
+from ..core._codes import BLOCK, RMW_ADD, THREAD, WARP
+from ..core._constants import TEAM_WORLD
 from ._primitives import prim as _p
 
 __all__ = ["fence", "quiet", "wait_until", "test"]

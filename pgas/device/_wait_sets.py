@@ -38,7 +38,7 @@ the argument (on a GPU, dtypes are refused when the kernel compiles).
 """
 from __future__ import annotations
 
-from ._codes import INDEX_DTYPES, MASK_DTYPES, WAIT_DTYPES
+from ..core._codes import INDEX_DTYPES, MASK_DTYPES, WAIT_DTYPES
 from ._primitives import prim as _p
 
 __all__: list[str] = []

@@ -5,12 +5,12 @@ from ._collectives import *  # noqa: F401,F403
 from ._collectives import __all__ as _collectives_all
 from ._info import *  # noqa: F401,F403
 from ._info import __all__ as _info_all
+from ._init import *  # noqa: F401,F403
+from ._init import __all__ as _init_all
 from ._memory import *  # noqa: F401,F403
 from ._memory import __all__ as _memory_all
 from ._rma import *  # noqa: F401,F403
 from ._rma import __all__ as _rma_all
-from ._runtime import *  # noqa: F401,F403
-from ._runtime import __all__ as _runtime_all
 from ._signal import *  # noqa: F401,F403
 from ._signal import __all__ as _signal_all
 from ._sync import *  # noqa: F401,F403
@@ -18,5 +18,5 @@ from ._sync import __all__ as _sync_all
 from ._teams import *  # noqa: F401,F403
 from ._teams import __all__ as _teams_all
 
-__all__ = (_runtime_all + _memory_all + _rma_all + _signal_all + _atomics_all + _sync_all + _teams_all
+__all__ = (_init_all + _memory_all + _rma_all + _signal_all + _atomics_all + _sync_all + _teams_all
            + _collectives_all + _info_all)

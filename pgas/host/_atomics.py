@@ -15,12 +15,12 @@ import numbers
 
 import numpy as np
 
-from .. import _cpu_atomics
-from .._checks import check_pe
-from .._errors import PgasValueError
+from ..core import _cpu_atomics
+from ..core._checks import check_pe
+from ..core._errors import PgasValueError
+from ..runtime._state import runtime
 from ._keywords import nvshmem4py_keywords
 from ._memory import element0
-from ._runtime import runtime
 
 __all__: list[str] = []     # the table's names, added below
 

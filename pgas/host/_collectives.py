@@ -13,7 +13,7 @@ All-reduce (``reduce``) has three algorithms:
 
 - ``oneshot`` (latency): every member reads every peer's ``src`` and reduces it locally.
 - ``ring``: reduce-scatter then all-gather round the ring, one chunk per member.
-- ``tree``: NCCL's double binary tree (``pgas/_trees.py``); each tree carries half of
+- ``tree``: NCCL's double binary tree (``pgas/host/_trees.py``); each tree carries half of
   the data, in pipelined chunks reduced up the tree and copied down.
 
 ``auto`` picks by size and PE count (measured crossovers: docs/collectives.md).
@@ -26,18 +26,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _cpu_atomics
-from .._checks import check_contiguous, check_dtypes_match, check_root
-from .._errors import PgasValueError
-from .._reductions import reduce_into, reduction_ufunc
-from .._trees import double_binary_tree
-from .._waiting import Wait
+from ..core import _cpu_atomics
+from ..core._checks import check_contiguous, check_dtypes_match, check_root
+from ..core._errors import PgasValueError
+from ..core._reductions import reduce_into, reduction_ufunc
+from ..core._waiting import Wait
+from ..runtime._arrays import array_span, as_ndarray, overlap
+from ..runtime._state import current, runtime
+from ..runtime._team_table import team_of
 from . import _eager
-from ._heap import array_span, overlap
-from ._memory import as_ndarray
-from . import _runtime
-from ._runtime import runtime
-from ._team_table import team_of
+from ._trees import double_binary_tree
 
 __all__ = ["broadcast", "fcollect", "alltoall", "reduce", "reducescatter", "ALGORITHMS"]
 
@@ -169,7 +167,7 @@ def _repeat(key: tuple, dest, src) -> bool:
     a loop) finds it too, without making a new call (and its many objects, which the
     cyclic garbage collector would then have to walk) each time. Entries:
     (dest, src, the call, its body) by ids; (None, None, the call, its body) by place."""
-    rt = _runtime._runtime
+    rt = current()
     if rt is None:
         return False
     plans = rt.collective_plans

@@ -21,10 +21,10 @@ import os
 
 import numpy as np
 
-from .._reductions import OPS, reduce_into
-from .._waiting import Wait
+from ..core._reductions import OPS, reduce_into
+from ..core._waiting import Wait
+from ..runtime._state import EAGER_BYTES, EAGER_FIRST, EAGER_REGIONS
 from ._fold_code import compiled_fold
-from ._runtime import EAGER_BYTES, EAGER_FIRST, EAGER_REGIONS
 
 __all__ = ["EAGER_WORD", "capacity", "usable", "runner"]
 

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 from cffi import FFI
 
-from .._reductions import OPS, REDUCTION_DTYPES
+from ..core._reductions import OPS, REDUCTION_DTYPES
 
 __all__ = ["compiled_fold"]
 
@@ -43,8 +43,8 @@ def _module_text(name: str, dtype: np.dtype, op: str) -> str:
     from numba.core import cgutils
     from numba.np.numpy_support import from_dtype
 
-    from ..device._codes import reduce_code
-    from ..device._cuda_ir import combine
+    from ..core._codes import reduce_code
+    from ..cuda._ir import combine
 
     i64, element = ir.IntType(64), _element_type(dtype)
     module = ir.Module(name)

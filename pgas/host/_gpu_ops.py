@@ -24,11 +24,12 @@ import numpy as np
 from numba import cuda
 
 from .. import device as dev
-from .._device_errors import REDUCTIONS_IN_PLACE, UNREACHABLE_WHY, device_error
-from .._errors import PgasError
-from ._gpu_driver import checked, device_array_at, numba_stream, stream_handle, stream_scratch, synchronize
-from ._heap import array_span
-from ._runtime import device_error_behind, runtime
+from ..core._device_errors import REDUCTIONS_IN_PLACE, UNREACHABLE_WHY, device_error
+from ..core._errors import PgasError
+from ..cuda._driver import checked, device_array_at, numba_stream, stream_handle, stream_scratch, synchronize
+from ..runtime._arrays import array_span
+from ..runtime._failure import device_error_behind
+from ..runtime._state import runtime
 
 __all__ = ["copy", "signal_op", "signal_wait_until", "signal_fetch", "atomic", "quiet", "flush", "team_barrier",
            "collective"]
@@ -206,7 +207,7 @@ def quiet(stream, fn: str) -> None:
     also what kernels posted to the NIC and left to complete: a device quiet waits for it)."""
     if stream is None:
         _wait(None, fn)
-        if runtime(fn).transports.gpu_queues is not None:
+        if runtime(fn).transports.gpu_path is not None:
             _launch(_quiet_kernel, 1, None, fn)
     else:
         _launch(_quiet_kernel, 1, stream, fn)

@@ -5,9 +5,9 @@ import argparse
 import os
 
 from .. import __version__
-from .._backend import backend_name
-from .._env import VARIABLES, invalid_settings, setting
-from ._runtime import runtime
+from ..core._backend import backend_name
+from ..core._env import VARIABLES, invalid_settings, setting
+from ..runtime._state import runtime
 
 __all__ = ["info"]  # main is the pgas-info entry point, not API
 
@@ -36,7 +36,7 @@ def _transport_table() -> str | None:
     """Under pgasrun (several PEs): the transport from every PE to every PE, on PE 0."""
     if int(os.environ.get("PMI_SIZE", "1")) < 2:
         return None
-    from ._runtime import finalize, init
+    from ._init import finalize, init
     init()
     rt = runtime("pgas-info")
     rows = rt.boot.comm.gather(rt.transports.kinds, root=0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from .._errors import PgasValueError
+from ..core._errors import PgasValueError
 
 __all__ = ["nvshmem4py_keywords", "NVSHMEM4PY_NAMES"]
 

@@ -6,32 +6,14 @@ import sys
 
 import numpy as np
 
-from .._backend import backend_name
-from .._checks import check_contiguous, check_pe
-from .._device_errors import device_error
-from .._errors import PgasError, PgasValueError
-from ._heap import array_span
-from ._runtime import Runtime, runtime, wait_all
+from ..core._checks import check_contiguous, check_pe
+from ..core._device_errors import device_error
+from ..core._errors import PgasError, PgasValueError
+from ..runtime._arrays import array_span, as_ndarray
+from ..runtime._barrier import wait_all
+from ..runtime._state import Runtime, runtime
 
 __all__ = ["empty", "zeros", "full", "free", "peer_array"]
-
-
-def as_ndarray(arr, fn: str, what: str):
-    """The array behind ``arr``: a numpy array (on the simulator also behind its device
-    arrays), or on the cuda backend a numba device array (wrapping, zero-copy, any object
-    with ``__cuda_array_interface__`` such as a CuPy array or a PyTorch tensor)."""
-    if backend_name() == "cuda" and hasattr(arr, "__cuda_array_interface__"):
-        from numba import cuda
-        from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase
-        return arr if isinstance(arr, DeviceNDArrayBase) else cuda.as_cuda_array(arr)
-    while not isinstance(arr, np.ndarray):
-        inner = arr.__dict__.get("_item", arr.__dict__.get("_ary")) if hasattr(arr, "__dict__") else None
-        if inner is None:
-            if hasattr(arr, "__array_interface__"):
-                return np.asarray(arr)
-            raise PgasValueError(f"{fn}: {what} must be an array, got {type(arr).__name__}")
-        arr = inner
-    return arr
 
 
 def element0(fn: str, arr, what: str):

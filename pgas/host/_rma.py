@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import check_contiguous, check_dtypes_match, check_fits, check_pe
-from .._errors import PgasValueError
+from ..core._checks import check_contiguous, check_dtypes_match, check_fits, check_pe
+from ..core._errors import PgasValueError
+from ..runtime._arrays import as_ndarray
+from ..runtime._state import Runtime, runtime
 from ._keywords import nvshmem4py_keywords
-from ._memory import as_ndarray
-from ._runtime import Runtime, runtime
 
 __all__ = ["put", "get", "put_nbi", "get_nbi", "flush", "quiet"]
 

@@ -9,15 +9,16 @@ names (``dst=``, ``signal_var=``, ``signal_val=``, ``signal_op=``, ``remote_pe=`
 """
 from __future__ import annotations
 
-from .. import _cpu_atomics
-from .._checks import check_pe, check_sig_op, check_signal
-from .._constants import SIGNAL_SET
-from .._waiting import check_cmp, wait_for_value
+from ..core import _cpu_atomics
+from ..core._checks import check_pe, check_sig_op, check_signal
+from ..core._constants import SIGNAL_SET
+from ..core._waiting import check_cmp, wait_for_value
+from ..runtime._arrays import as_ndarray
+from ..runtime._state import Runtime, runtime
 from ._atomics import check_operand
 from ._keywords import nvshmem4py_keywords
-from ._memory import as_ndarray, element0
+from ._memory import element0
 from ._rma import _put
-from ._runtime import Runtime, runtime
 
 __all__ = ["put_signal", "put_signal_nbi", "signal_op", "signal_fetch", "signal_wait_until"]
 

@@ -7,10 +7,11 @@ after it starts once every member's work queued before it is done.
 """
 from __future__ import annotations
 
-from .._constants import TEAM_WORLD
+from ..core._constants import TEAM_WORLD
+from ..runtime._barrier import wait_all
+from ..runtime._state import runtime
+from ..runtime._team_table import team_of
 from ._rma import quiet
-from ._runtime import runtime, wait_all
-from ._team_table import team_of
 
 __all__ = ["barrier_all", "sync_all"]
 

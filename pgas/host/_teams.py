@@ -11,11 +11,12 @@ import numbers
 
 import numpy as np
 
-from .._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
-from .._errors import PgasError, PgasValueError
-from ._runtime import Runtime, runtime, wait_all
+from ..core._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
+from ..core._errors import PgasError, PgasValueError
+from ..runtime._barrier import wait_all
+from ..runtime._state import Runtime, runtime
+from ..runtime._team_table import Team, team_of
 from ._sync import team_barrier
-from ._team_table import Team, team_of
 
 __all__ = ["team_split_strided", "team_split_2d", "team_my_pe", "team_n_pes",
            "team_translate_pe", "team_destroy", "barrier", "sync"]

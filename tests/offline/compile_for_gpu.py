@@ -189,7 +189,7 @@ def ptx_kernels():
     yield "named_reductions", named_reductions, (types.int64, types.float32[::1], types.float32[::1])
     yield "wait_until_any", wait_any_of, (i64, types.int32[::1], i64)
     yield "remote_ops", remote_ops, (i64, i64, f32, types.int32, i64)
-    from pgas.host._gpu_nic import atomic_kernel_source
+    from pgas.cuda._nic_host import atomic_kernel_source
     yield ("nic_atomic", *atomic_kernel_source())        # the NIC's atomics on GPU memory
 
 
@@ -319,7 +319,7 @@ def main():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from pgas._backend import gpu_usable
+    from pgas.core._backend import gpu_usable
     report = {"backend": pgas.backend(), "gpu_usable": gpu_usable(), "compiled": [], "failed": {}, "waits": {},
               "cubin_bytes": {}, "ptx": {}}
     start = time.time()

@@ -41,8 +41,8 @@ def ring_neighbours():
 
 
 def heap_offset(a) -> int:
-    from pgas.host._memory import as_ndarray
-    from pgas.host._runtime import runtime
+    from pgas.runtime._arrays import as_ndarray
+    from pgas.runtime._state import runtime
     return runtime("test").heap.offset_of(as_ndarray(a, "test", "a"), "test", "a")
 
 

@@ -4,7 +4,7 @@ import pytest
 
 import pgas
 from _util import on_simulator, pattern
-from pgas._reductions import OPS as UFUNCS
+from pgas.core._reductions import OPS as UFUNCS
 
 DTYPES = [np.int32, np.int64, np.uint32, np.uint64, np.float16, np.float32, np.float64]
 NARROW_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.bool_]   # values over their whole range
@@ -19,8 +19,8 @@ def reduce_or_refuse(team, dest, src, op: str, algorithm: str) -> bool:
     """pgas.reduce; for algorithm="eager" where it cannot run (arrays above its staging
     buffers, members on other nodes) the clear refusal instead: False then."""
     from pgas.host import _eager
-    from pgas.host._runtime import runtime
-    from pgas.host._team_table import team_of
+    from pgas.runtime._state import runtime
+    from pgas.runtime._team_table import team_of
     rt = runtime("test")
     if algorithm == "eager" and not _eager.usable(rt, team_of(rt, team, "test"), dest.nbytes):
         with pytest.raises(pgas.PgasError, match=r"pgas.reduce: algorithm='eager' needs every team member's heap "

@@ -10,7 +10,7 @@ from numba import cuda
 
 import pgas
 import pgas.device as dev
-from pgas.host._runtime import runtime
+from pgas.runtime._state import runtime
 from _util import simulator_only
 
 THREAD = r"tid=\[0, 0, 0\] ctaid=\[0, 0, 0\]: "

@@ -7,7 +7,7 @@ from numba import cuda
 
 import pgas
 import pgas.device as dev
-from pgas._reductions import ops_for
+from pgas.core._reductions import ops_for
 from _util import on_simulator, pattern, simulator_only
 from checks_collectives import NARROW_DTYPES, destroy, expected, expected_wrapped, full_range, inputs, members, teams
 

@@ -36,7 +36,7 @@ def peer_kernel(a, addresses, extents, loads):
 def host_address(view) -> int:
     if hasattr(view, "__cuda_array_interface__"):
         return view.__cuda_array_interface__["data"][0]
-    from pgas.host._memory import as_ndarray
+    from pgas.runtime._arrays import as_ndarray
     return as_ndarray(view, "test", "view").__array_interface__["data"][0]
 
 

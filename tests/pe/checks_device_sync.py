@@ -274,7 +274,7 @@ def misuse_kernel(case, ivars, status, indices, values, out):
 
 @simulator_only("a failed device check (or a wait past PGAS_TIMEOUT) traps on a GPU, ending the CUDA context")
 def check_set_waits_refuse_bad_arguments_and_time_out_naming_the_ivar():
-    from pgas.host._runtime import runtime
+    from pgas.runtime._state import runtime
     ivars = pgas.zeros(IVARS, np.int64)
     bytes_ = pgas.zeros(IVARS, np.int8)
     ok_status, ok_indices, ok_values, out = (np.zeros(IVARS, np.int32), np.zeros(IVARS, np.int64),

@@ -124,7 +124,7 @@ def check_heap_exhaustion_message():
 
 @simulator_only("a device wait past PGAS_TIMEOUT traps on a GPU, ending the CUDA context")
 def check_wait_timeout_names_what_it_waited_for():
-    from pgas.host._runtime import runtime
+    from pgas.runtime._state import runtime
     ivar = pgas.zeros(1, np.int64)
     rt = runtime("test")
     saved, rt.timeout = rt.timeout, 0.3

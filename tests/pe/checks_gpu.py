@@ -44,7 +44,7 @@ def check_backend_is_cuda_and_every_local_peer_is_p2p():
 
 
 def check_symmetric_arrays_are_numba_device_arrays_in_the_heap():
-    from pgas.host._runtime import runtime
+    from pgas.runtime._state import runtime
     me, n, right, left = ring_neighbours()
     a = pgas.zeros((3, 5), np.float32)
     assert isinstance(a, DeviceNDArray)

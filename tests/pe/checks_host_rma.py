@@ -65,7 +65,7 @@ def check_every_pe_puts_to_every_pe():
 
 def _counting_waits():
     """Count the waits of this PE's remote engine (None when no PE is on another node)."""
-    from pgas.host._runtime import runtime
+    from pgas.runtime._state import runtime
     engine = runtime("test").transports.engine
     if engine is None or pgas.backend() != "simulator":
         return None, None
@@ -148,7 +148,7 @@ def check_host_rma_errors_and_nvshmem4py_keywords():
 def check_small_put_get_fast_path_is_taken_and_keeps_the_checks():
     """put/get between plain arrays go through the cached fast path (simulator, PEs mapped
     here); everything it does not take gets the general path's results and errors."""
-    from pgas.host._runtime import runtime
+    from pgas.runtime._state import runtime
     me, n, right, left = ring_neighbours()
     direct = runtime("test").direct
     mapped = pgas.info()["transports"][right] in ("self", "p2p")

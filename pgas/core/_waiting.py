@@ -1,0 +1,115 @@
+"""Comparisons of wait_until / signal_wait_until, and the clock of every wait loop."""
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+from . import _job
+from ._constants import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NAMES, CMP_NE
+from ._device_errors import device_error, timeout_error, value_waited_for
+from ._errors import PgasTimeoutError
+
+__all__ = ["compare", "check_cmp", "Wait", "wait_for_value", "sleep_until", "precise_sleeps"]
+
+
+def compare(value, cmp, target) -> bool:
+    """``value <cmp> target`` for one of the CMP_* constants."""
+    if cmp == CMP_EQ:
+        return value == target
+    if cmp == CMP_NE:
+        return value != target
+    if cmp == CMP_GT:
+        return value > target
+    if cmp == CMP_GE:
+        return value >= target
+    if cmp == CMP_LT:
+        return value < target
+    if cmp == CMP_LE:
+        return value <= target
+    return False
+
+
+def check_cmp(fn: str, cmp) -> None:
+    if cmp not in CMP_NAMES:
+        raise device_error("CMP", fn, a=repr(cmp))
+
+
+class Wait:
+    """One wait loop's clock: ``pause()`` yields, and raises once PGAS_TIMEOUT has passed.
+
+    ``spin_s``: for that long, pause only yields the core (``sched_yield``, microseconds)
+    rather than sleeping (``time.sleep(0)`` releases the GIL, which simulated threads
+    need, but costs the kernel's timer slack, about 50 us). Host waits spin first.
+    ``backoff_s``: sleeps then grow exponentially up to that long (waits for the NIC).
+    """
+
+    def __init__(self, fn: str, timeout: float, spin_s: float = 0.0, backoff_s: float = 0.0):
+        self.fn = fn
+        self.timeout = timeout
+        now = time.monotonic()
+        self.heartbeat = _job.Heartbeat(fn, now)     # pgasrun ends the run if a PE it needs is gone
+        self.deadline = now + timeout
+        self.spin_until = now + spin_s
+        self.backoff_s = backoff_s      # > 0: sleeps grow from a yield up to this long
+        self._sleep = 0.0
+
+    def pause(self, waiting_for) -> None:
+        """``waiting_for``: text, or a function giving it (only called on timeout)."""
+        now = time.monotonic()
+        if now < self.spin_until:
+            os.sched_yield()
+            return
+        if now > self.deadline:
+            raise timeout_error(self.fn, self.timeout, waiting_for() if callable(waiting_for) else waiting_for)
+        if now >= self.heartbeat.due:
+            self.heartbeat.beat(now)
+        time.sleep(self._sleep)  # let whoever we wait for run (a simulated thread, or a peer on this core)
+        if self.backoff_s:       # many waiters (simulated threads) must not starve the one they wait for
+            self._sleep = min(self._sleep * 2 + 1e-6, self.backoff_s)
+
+
+def wait_for_value(fn: str, load, what: str, cmp, value, timeout: float):
+    """Call ``load()`` until its result ``<cmp> value``; returns that result.
+
+    Fails after ``timeout`` seconds with a PgasTimeoutError naming ``what`` and the last
+    value seen.
+    """
+    check_cmp(fn, cmp)
+    clock = Wait(fn, timeout)
+    while True:
+        seen = load()
+        if compare(seen, cmp, value):
+            return seen
+        clock.pause(lambda: value_waited_for(what, cmp, value, seen))
+
+
+def sleep_until(fn: str, timeout: float, done, waiting_for, check_alive, block) -> None:
+    """Sleep until ``done()``: ``block(seconds)`` sleeps until whoever writes completions
+    wakes this thread (no polling), or the seconds pass. PgasTimeoutError naming
+    ``waiting_for()`` after ``timeout`` seconds; ``check_alive(fn)`` raises if whoever
+    completes has failed (a NIC thread)."""
+    if done():
+        return
+    started = time.monotonic()
+    deadline = started + timeout
+    heartbeat = _job.Heartbeat(fn, started)
+    while not done():
+        check_alive(fn)
+        now = time.monotonic()
+        if now >= heartbeat.due:
+            heartbeat.beat(now)
+        left = deadline - now
+        if left <= 0:
+            raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}")
+        block(min(left, 0.1))
+
+
+def precise_sleeps() -> None:
+    """Let this thread's short sleeps end on time: Linux adds up to 50 us of timer slack to
+    every sleep, which would make each hand-off between pgas's threads cost that much.
+    Threads started later by this one inherit it."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)   # PR_SET_TIMERSLACK, 1 ns
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,229 @@
+"""The cuda backend's side of the GPU-initiated NIC path (``device/_cuda_nic``): the queues
+GPU threads post into, and the NIC's window on GPU memory.
+
+For each PE on another node: a queue pair and descriptor (``_ibgda.DeviceQueue``, the
+simulator's) in pinned host memory mapped into the GPU (``cuMemHostAlloc`` with
+DEVICEMAP; under unified addressing the GPU uses the host's addresses), whose rung word
+the NIC polls (``Nic.poll``): a GPU thread cannot wake a CPU thread. The device state
+gets the NIC rows (``device/_cuda_nic.ROW``) and the heap's local key.
+
+The NIC thread has no view of GPU memory: ``GpuWindow`` copies bytes out and in on a
+stream of its own (non-blocking, so a kernel waiting for the NIC keeps running) and
+applies atomics with a one-thread kernel, a system-scope compare-and-swap loop on
+``mlx5.atomic_result`` (so they stay atomic with the device's own atomics on the word).
+The copies and the kernel need an SM and the copy engines while the user's kernels run:
+a kernel whose blocks occupy every SM and wait on the NIC would wait on its atomics for
+ever (PGAS_TIMEOUT ends it); NVSHMEM's NIC does atomics in hardware.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+from ..core._errors import PgasError
+from ..nic import _mlx5 as mlx5
+from ..nic._nic import Nic
+from ..transport._ibgda import DeviceQueue
+from ._driver import checked, create_stream, device_array_at, numba_stream, synchronize
+
+__all__ = ["PinnedMemory", "GpuWindow", "GpuQueues", "GpuNicPath", "atomic_kernel_source"]
+
+
+class PinnedMemory:
+    """Makes zeroed numpy arrays in pinned host memory that the GPU maps (``cuMemHostAlloc``
+    PORTABLE | DEVICEMAP), each at an address the GPU uses as it is; ``close`` frees them."""
+
+    def __init__(self):
+        self._blocks: list[int] = []
+
+    def __call__(self, shape, dtype) -> np.ndarray:
+        from cuda.bindings import driver
+
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape))
+        nbytes = max(count * dtype.itemsize, 1)
+        flags = driver.CU_MEMHOSTALLOC_PORTABLE | driver.CU_MEMHOSTALLOC_DEVICEMAP
+        address = int(checked(driver.cuMemHostAlloc(nbytes, flags), "cuMemHostAlloc (the NIC's queues)"))
+        self._blocks.append(address)
+        mapped = int(checked(driver.cuMemHostGetDevicePointer(address, 0), "cuMemHostGetDevicePointer"))
+        if mapped != address:
+            raise PgasError(f"pgas.init: pinned host memory at {address:#x} is mapped into the GPU at {mapped:#x}; "
+                            "the GPU-initiated NIC path needs unified addressing (a 64-bit Linux process)")
+        ctypes.memset(address, 0, nbytes)
+        return np.frombuffer((ctypes.c_uint8 * nbytes).from_address(address), dtype, count).reshape(shape)
+
+    def close(self) -> None:
+        from cuda.bindings import driver
+
+        for address in self._blocks:
+            driver.cuMemFreeHost(address)
+        self._blocks = []
+
+
+def atomic_kernel_source():
+    """(python function, signature) of the NIC's atomic kernel ``(address, opcode, size, o0,
+    o1, o2, o3, word32, word64)``: mlx5 atomic ``opcode`` on the ``size``-byte word at
+    ``address``, a system-scope compare-and-swap loop; the old value lands in ``word64[0]``
+    (``word32`` and ``word64`` are that one pinned cell, typed: they give the loop its
+    dtypes). The offline test compiles it too."""
+    from numba import cuda, types
+
+    from ..nic import _mlx5 as mlx5
+    from . import _ptx as ptx
+
+    result = cuda.jit(device=True)(mlx5.atomic_result)
+
+    @cuda.jit(device=True)
+    def loop(address, like, opcode, size, o0, o1, o2, o3):
+        """The old value; ``like``'s dtype is the word's (uint32 or uint64)."""
+        old = ptx.ld_relaxed(address, like)
+        while True:
+            new, changes = result(opcode, size, o0, o1, o2, o3, np.uint64(old))
+            if not changes:
+                return old
+            seen = ptx.atomic_cas(address, like, old, new)
+            if seen == old:
+                return old
+            old = seen
+
+    def apply(address, opcode, size, o0, o1, o2, o3, word32, word64):
+        if size == 4:
+            word64[0] = np.uint64(loop(address, word32, opcode, size, o0, o1, o2, o3))
+        else:
+            word64[0] = loop(address, word64, opcode, size, o0, o1, o2, o3)
+
+    u64 = types.uint64
+    return apply, (u64, types.int64, types.int64, u64, u64, u64, u64, types.uint32[::1], types.uint64[::1])
+
+
+@functools.cache
+def _atomic_kernel():
+    from numba import cuda
+
+    function, signature = atomic_kernel_source()
+    return cuda.jit(signature)(function)
+
+
+class GpuWindow:
+    """How the NIC thread reaches GPU memory at ``base`` (``Nic``'s ``DeviceSpan``): copies
+    and atomics on a stream of its own, made on first use in the NIC thread."""
+
+    def __init__(self, base: int, device: int, pinned: PinnedMemory):
+        self.base, self.device = base, device
+        self._cell = pinned(1, np.uint64)              # where an atomic's old value lands
+        cell = self._cell.ctypes.data
+        self._cell_views = (device_array_at(cell, (2,), np.uint32), device_array_at(cell, (1,), np.uint64))
+        self._kernel = _atomic_kernel()               # compiled now, not in the NIC thread
+        # launched once now, on a scratch word, so that its module is loaded before any
+        # user kernel runs (CUDA's lazy loading may wait for running kernels)
+        self._launch(0, cell, (mlx5.OP_ATOMIC_FA, 0, 0, 0, 0), 8)   # add 0
+        self._stream = None
+
+    def _ready(self) -> int:
+        if self._stream is None:
+            from numba import cuda
+            cuda.select_device(self.device)            # this thread's context: numba's primary one
+            self._stream = create_stream()
+        return self._stream
+
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        from cuda.bindings import driver
+
+        stream = self._ready()
+        host = np.empty(nbytes, np.uint8)
+        checked(driver.cuMemcpyDtoHAsync(host.ctypes.data, self.base + offset, nbytes, stream),
+                "pgas NIC: cuMemcpyDtoHAsync")
+        synchronize(stream)
+        return host
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        from cuda.bindings import driver
+
+        stream = self._ready()
+        data = np.ascontiguousarray(data, np.uint8)
+        checked(driver.cuMemcpyHtoDAsync(self.base + offset, data.ctypes.data, data.size, stream),
+                "pgas NIC: cuMemcpyHtoDAsync")
+        synchronize(stream)      # landed before the next request (a flag never before its data)
+
+    def atomic(self, offset: int, opcode: int, operands: list, size: int) -> int:
+        return self._launch(self._ready(), self.base + offset, (opcode, *operands), size)
+
+    def _launch(self, stream: int, address: int, request: tuple, size: int) -> int:
+        """Run the atomic kernel on ``address`` (``request``: opcode, four operands); the old value."""
+        self._kernel[1, 1, numba_stream(stream)](address, request[0], size, *request[1:], *self._cell_views)
+        synchronize(stream)
+        return int(self._cell[0])
+
+    def close(self) -> None:
+        from cuda.bindings import driver
+
+        if self._stream is not None:
+            driver.cuStreamDestroy(self._stream)
+            self._stream = None
+
+
+class GpuQueues:
+    """The device queue pairs to every PE on another node and their rows in the device state
+    (``device/_cuda_nic``). What the NIC reads or writes (send queue, doorbell record, CQs,
+    result cells, the rung word) is pinned host memory the GPU maps; what only GPU threads
+    touch (the descriptor with its counters, the ``waited`` flags) is device memory, as
+    NVSHMEM keeps it: GPU atomics on host memory are slow, and not atomic on every system."""
+
+    def __init__(self, nic: Nic, pinned: PinnedMemory, heap_lkey: int, state, n_pes: int):
+        from cuda.bindings import driver
+
+        from ..transport._ibgda_code import W
+        from ._nic_device import ROW
+
+        self.queues = {peer: DeviceQueue(nic, peer, pinned) for peer in nic.peers}
+        self._device: list[int] = []
+        rows = np.zeros((n_pes, len(ROW)), np.int64)
+        for peer, queue in self.queues.items():
+            words = queue.descriptor.copy()
+            block = int(checked(driver.cuMemAlloc(words.nbytes + queue.qp.depth), "cuMemAlloc (a NIC queue)"))
+            self._device.append(block)
+            words[W["waited"]] = block + words.nbytes
+            checked(driver.cuMemcpyHtoD(block, words.ctypes.data, words.nbytes), "cuMemcpyHtoD (a NIC queue)")
+            checked(driver.cuMemsetD8(block + words.nbytes, 0, queue.qp.depth), "cuMemsetD8 (a NIC queue)")
+            nic.poll(queue.qp)            # its rung word (rung_at) stays in the pinned descriptor
+            remote = nic.remote[peer]
+            rows[peer] = (block, remote.rkey, remote.base, queue.lkey)
+        state.set_nic(rows, heap_lkey)
+
+    def close(self, nic: Nic) -> None:
+        """After the NIC thread has stopped."""
+        from cuda.bindings import driver
+
+        for queue in self.queues.values():
+            nic.deregister(queue.cells_region)
+        for block in self._device:
+            driver.cuMemFree(block)
+        self._device = []
+
+
+class GpuNicPath:
+    """The GPU-initiated path of one PE on cuda: pinned memory, the ``window`` through which
+    the NIC reaches the GPU heap, and the GPU's ``queues`` to every PE ``nic`` reaches.
+    Made by ``GpuSymmetricHeap.attach_nic``; what a failed step made is released."""
+
+    def __init__(self, nic: Nic, region, heap, n_pes: int):
+        self.pinned = self.window = self.queues = None
+        try:
+            self.pinned = PinnedMemory()
+            self.window = GpuWindow(heap.base, heap.device, self.pinned)
+            self.queues = GpuQueues(nic, self.pinned, region.lkey, heap.state, n_pes)
+        except BaseException:
+            self.close(nic)
+            raise
+
+    def close(self, nic: Nic) -> None:
+        """After the NIC thread has stopped reading the queues and the heap."""
+        if self.queues is not None:
+            self.queues.close(nic)
+        if self.window is not None:
+            self.window.close()
+        if self.pinned is not None:
+            self.pinned.close()
+        self.pinned = self.window = self.queues = None

@@ -1,0 +1,131 @@
+"""The symmetric heap of the simulator backend: one shared-memory file per PE.
+
+Each PE creates its file, every PE of the node maps every file of the node, then the
+files are unlinked: from then on the memory lives only in the mappings, so a PE that is
+killed leaves nothing in /dev/shm. PEs on other nodes get no mapping (``None``).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from contextlib import ExitStack
+
+import numpy as np
+
+from ..core._env import shown
+from ..core._errors import PgasConfigError, PgasError
+from ..core._job import SHM_DIR, shm_prefix
+from ..runtime._arrays import array_span, check_span
+from ..runtime._bootstrap import Bootstrap
+
+__all__ = ["SymmetricHeap"]
+
+class SymmetricHeap:
+    """This PE's heap and mapped views of the heaps of the PEs on its node."""
+
+    device_arrays = False   # its arrays are numpy arrays (wrapped for kernels by _memory)
+
+    def __init__(self, boot: Bootstrap, size: int, timeout: float, device: int | None = None):
+        # ``device``: the simulator has one (0), which init has checked
+        self.size = size
+        self.my_pe = boot.my_pe
+        self._maps: dict[int, mmap.mmap] = {}
+        self.views: list[np.ndarray | None] = [None] * boot.n_pes
+        with ExitStack() as rollback:
+            self._map_node(boot, rollback)
+            rollback.pop_all()
+        self.base = self.views[boot.my_pe].__array_interface__["data"][0]
+
+    def _path(self, boot: Bootstrap, pe: int) -> str:
+        return os.path.join(SHM_DIR, shm_prefix(boot.job_id) + f"pe{pe}")
+
+    def _map_node(self, boot: Bootstrap, rollback: ExitStack) -> None:
+        own = self._path(boot, boot.my_pe)
+        try:
+            fd = os.open(own, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise PgasError(f"cannot create the symmetric heap file {own}: {exc}") from None
+        rollback.callback(_unlink_quietly, own)
+        try:
+            os.ftruncate(fd, self.size)
+            self._map(boot.my_pe, fd)
+        except OSError as exc:
+            raise PgasConfigError(f"{shown('PGAS_SYMMETRIC_SIZE')}: cannot map a symmetric heap of {self.size} "
+                                  f"bytes in {SHM_DIR} ({exc.strerror}); use a smaller PGAS_SYMMETRIC_SIZE") from None
+        finally:
+            os.close(fd)
+        # Collective calls below are on the node communicator; a failure on one PE of
+        # the node surfaces as an error on all of them (allreduce of success flags).
+        boot.node_comm.Barrier()
+        ok = True
+        try:
+            for pe in boot.local_pes:
+                if pe != boot.my_pe:
+                    fd = os.open(self._path(boot, pe), os.O_RDWR)
+                    try:
+                        self._map(pe, fd)
+                    finally:
+                        os.close(fd)
+        except OSError:
+            ok = False
+        from mpi4py import MPI
+        all_ok = boot.node_comm.allreduce(ok, op=MPI.LAND)
+        _unlink_quietly(own)
+        if not all_ok:
+            self.close()
+            raise PgasError("a PE of this node could not map its peers' symmetric heaps")
+        rollback.callback(self.close)
+
+    def _map(self, pe: int, fd: int) -> None:
+        self._maps[pe] = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.views[pe] = np.frombuffer(self._maps[pe], dtype=np.uint8)
+
+    def close(self) -> None:
+        """Unmap every heap (mappings still exported to live arrays stay until those die)."""
+        self.views = [None] * len(self.views)
+        for segment in self._maps.values():
+            try:
+                segment.close()
+            except BufferError:
+                pass  # an array still points into it; the mapping goes when the array does
+        self._maps.clear()
+
+    # Addresses ------------------------------------------------------------------------
+
+    def offset_of(self, arr: np.ndarray, fn: str, what: str) -> int:
+        """Heap offset of ``arr``'s data; PgasValueError naming ``fn`` and ``what`` if it is not all in the heap."""
+        return check_span(array_span(arr, fn, what), self.base, self.size, fn, what)
+
+    def view_on(self, pe: int, arr: np.ndarray, fn: str, what: str) -> np.ndarray:
+        """The same elements as ``arr`` (a view of this PE's heap) in PE ``pe``'s heap."""
+        offset = self.offset_of(arr, fn, what)
+        peer = self.views[pe]
+        if peer is None:
+            raise PgasError(f"{fn}: PE {pe} is on another node: it has no load/store path from this PE")
+        return np.ndarray(arr.shape, arr.dtype, buffer=peer, offset=offset, strides=arr.strides)
+
+    def array_at(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """A C-ordered array of this PE's heap starting at ``offset``."""
+        return np.ndarray(shape, dtype, buffer=self.views[self.my_pe], offset=offset)
+
+    def zero(self, offset: int, nbytes: int) -> None:
+        self.views[self.my_pe][offset:offset + nbytes] = 0
+
+    def reachable(self, pe: int) -> bool:
+        """True when PE ``pe``'s heap is mapped here (load/store reachable)."""
+        return self.views[pe] is not None
+
+    @property
+    def bases(self) -> list[int | None]:
+        """The address of each PE's heap mapped here (None where not mapped)."""
+        return [None if view is None else view.__array_interface__["data"][0] for view in self.views]
+
+    def publish_team(self, slot: int, team) -> None:
+        """Nothing to do: simulated device functions read the runtime's team table."""
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,206 @@
+"""The GPU-initiated NIC path (IBGDA-style): the calling device thread posts its own WQEs.
+
+No CPU thread sits between a device thread and the NIC: ``submit`` is one compiled call
+(``_ibgda_code``) that reserves send-queue blocks, writes the mlx5 WQE and publishes it in
+order, and the caller rings the NIC only if no doorbell is pending. Completions are read
+from the queue's collapsed CQE (its WQE counter: every WQE up to it is complete) by the
+thread that needs them; nothing here runs on its own. Fetched values (fetching atomics)
+land in the queue's result cell of the WQE's first basic block, big-endian, as ConnectX
+writes them. A refused WQE gets an error CQE of its own; the thread that next looks
+decodes the WQE it names into a PgasError, for the thread waiting for it or for the next
+``quiet``.
+
+Same interface as the proxy (``Proxy``): ``submit`` returns a ticket, ``wait`` returns the
+fetched value, ``quiet`` completes everything issued so far. One queue pair per peer, so
+everything to one PE is delivered in issue order (``fence`` needs nothing).
+"""
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import threading
+
+import numpy as np
+
+from ..core._errors import PgasError
+from ..core._waiting import Wait, sleep_until
+from ..nic import _mlx5 as mlx5
+from ..nic._nic import Nic
+from ..nic._regions import ACCESS_LOCAL
+from . import _ibgda_code as code
+from ._ibgda_ir import AMO_ADD, GET, OP_NAMES, PUT, PUT_INLINE, atomic_segments
+
+__all__ = ["Ibgda", "DeviceQueue"]
+
+_WAIT_BACKOFF_S = 100e-6     # longest sleep of a thread polling a completion queue
+_OPCODE = {PUT: mlx5.OP_RDMA_WRITE, PUT_INLINE: mlx5.OP_RDMA_WRITE, GET: mlx5.OP_RDMA_READ}
+_KIND = {PUT: code.KIND_DATA, PUT_INLINE: code.KIND_INLINE, GET: code.KIND_DATA}
+
+
+class DeviceQueue:
+    """One queue pair driven by device threads: the NIC's QP (collapsed CQ) plus what the
+    compiled code needs, in one descriptor (``_ibgda_code.DESCRIPTOR``). ``allocate(shape,
+    dtype)`` makes its memory (zeroed): pinned host memory the GPU maps, on cuda."""
+
+    def __init__(self, nic: Nic, peer: int, allocate=np.zeros):
+        self.peer = peer
+        self.qp = nic.create_qp(peer, collapsed=True, allocate=allocate)
+        depth = self.qp.depth
+        self.cells = allocate(depth, np.uint64)          # fetched values, one per basic block
+        self.cells_region = nic.register(self.cells.view(np.uint8), ACCESS_LOCAL)
+        self.waited = allocate(depth, np.uint8)          # a blocking caller still reads the result
+        self.descriptor = allocate(len(code.DESCRIPTOR), np.uint64)
+        words = {"sq": self.qp.sq, "dbr": self.qp.dbr, "cqe": self.qp.cq, "err_cq": self.qp.err_cq,
+                 "cells": self.cells, "waited": self.waited}
+        for name, array in words.items():
+            self.descriptor[code.W[name]] = array.__array_interface__["data"][0]
+        self.descriptor[code.W["depth"]] = depth
+        self.descriptor[code.W["qpn"]] = self.qp.qpn
+        self.address = self.descriptor.__array_interface__["data"][0]
+        self.qp.rung = self.descriptor[code.W["rung"]:code.W["rung"] + 1]
+        self.descriptor[code.W["rung_at"]] = self.qp.rung.__array_interface__["data"][0]
+        self.sleepers: list = []        # heap of (completion floor awaited, id, event)
+        self.lkey = self.cells_region.lkey
+
+    def counter(self, name: str) -> int:
+        return int(self.descriptor[code.W[name]])
+
+    @property
+    def unread_errors(self) -> bool:
+        """The NIC has written error CQEs that nobody has read yet."""
+        return self.qp.cqes_written != self.counter("errors_read")
+
+
+class Ibgda:
+    """The GPU-initiated path of one PE: a device queue pair to each PE on another node."""
+
+    def __init__(self, nic: Nic, timeout: float):
+        self.nic = nic
+        self.timeout = timeout
+        self._code = code.compiled()
+        self.queues = {peer: DeviceQueue(nic, peer) for peer in nic.peers}
+        self.errors: list[str] = []           # failures of requests nobody waits for, for quiet
+        self._failed: dict[tuple, tuple] = {}   # (peer, WQE index) -> refusal of a waited request
+        self._errors_lock = threading.Lock()
+        self._wakeups_lock = threading.Lock()
+        self._sleeper_ids = itertools.count()
+        for queue in self.queues.values():
+            queue.qp.on_completion = functools.partial(self._completed, queue)
+
+    def close(self) -> None:
+        for queue in self.queues.values():
+            queue.qp.rung = None
+            self.nic.deregister(queue.cells_region)
+
+    # Requesters --------------------------------------------------------------------
+
+    def submit(self, fn: str, op: int, pe: int, raddr: int, *, laddr: int = 0, lkey: int = 0, nbytes: int = 0,
+               size: int = 8, value: int = 0, compare: int = 0, waited: bool = True):
+        """Post one request (the ops of ``_proxy``); returns its ticket. ``waited``: the
+        caller will ``wait`` for it (else a failure is kept for the next ``quiet``)."""
+        queue = self.queues[pe]
+        rkey = self.nic.remote[pe].rkey
+        operands = (0, 0, 0, 0)
+        if op in _KIND:
+            kind, opcode = _KIND[op], _OPCODE[op]
+            if op == PUT_INLINE:
+                nbytes = size
+                operands = (value & ((1 << (8 * size)) - 1), 0, 0, 0)
+        else:
+            kind, opcode, *operands = atomic_segments(op, size, value, compare)
+            lkey, nbytes = queue.lkey, size
+        clock = None
+        while (posted := self._code.post(queue.address, kind, opcode, raddr, rkey, lkey, laddr, nbytes,
+                                         *operands, int(waited))) < 0:   # no room: never overwrite
+            clock = clock or Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S)
+            self._poll(queue)       # completions free blocks
+            self.nic.check_alive(fn)
+            clock.pause(lambda: f"room in the send queue to PE {pe} ({queue.qp.depth} basic blocks in flight)")
+        if posted & 1:
+            self.nic.ring(queue.descriptor[code.W["doorbell"]:code.W["doorbell"] + 1].tobytes())
+        return queue, posted >> 1, op, size
+
+    def wait(self, fn: str, ticket) -> int:
+        """Wait for the request ``ticket``; its fetched value (atomics), or PgasError if refused."""
+        queue, start, op, size = ticket
+        key = (queue.peer, start)
+        try:
+            # a refused WQE's error is read before the floor passes it
+            self._sleep_until(fn, queue, start + 1, lambda: self._poll(queue) > start or key in self._failed,
+                              lambda: f"the NIC to complete the {OP_NAMES[op]} to PE {queue.peer}")
+            if key in self._failed:
+                raise PgasError(mlx5.refusal(fn, *self._failed.pop(key)))
+            if op >= AMO_ADD:
+                cell = queue.cells[start % queue.qp.depth:start % queue.qp.depth + 1].view(np.uint8)
+                return int.from_bytes(cell[:size].tobytes(), "big")    # network byte order
+            return 0
+        finally:
+            queue.waited[start % queue.qp.depth] = 0      # its blocks may be reused
+
+    def quiet(self, fn: str) -> None:
+        """Wait until every request posted so far is complete; raise the first failure of
+        a request nobody waited for."""
+        for queue in self.queues.values():
+            last = queue.counter("last")      # the newest published WQE's index + 1
+            if last:
+                self._sleep_until(fn, queue, last, lambda: self._poll(queue) >= last,
+                                  lambda: f"the NIC to complete {last - queue.counter('floor')} basic blocks "
+                                          f"of WQEs to PE {queue.peer}")
+        self.raise_failures(fn)
+
+    def _sleep_until(self, fn: str, queue: DeviceQueue, floor: int, done, waiting_for) -> None:
+        """Read the CQs until ``done()``; between reads, sleep until the NIC has completed
+        the WQEs below ``floor`` (on a GPU the thread would spin on the CQE; here it must
+        leave the core to the NIC thread). Only the threads a completion satisfies are
+        woken, not every waiting thread at each completion."""
+        def block(seconds):
+            event = threading.Event()
+            with self._wakeups_lock:
+                heapq.heappush(queue.sleepers, (floor, next(self._sleeper_ids), event))
+            if not done():      # re-read after registering: a completion in between is not missed
+                event.wait(seconds)
+        sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block)
+
+    def _completed(self, queue: DeviceQueue) -> None:
+        """From the NIC thread, after it wrote CQEs of ``queue``: wake the threads whose
+        WQEs are now complete (all of them when there are errors to report)."""
+        floor = self._code.progress(queue.address)
+        errors = queue.unread_errors
+        with self._wakeups_lock:
+            woken = []
+            while queue.sleepers and (errors or queue.sleepers[0][0] <= floor):
+                woken.append(heapq.heappop(queue.sleepers)[2])
+        for event in woken:
+            event.set()
+
+    def raise_failures(self, fn: str) -> None:
+        """Raise (and forget) the first failure of a completed request nobody waited for."""
+        if self.errors:
+            with self._errors_lock:
+                first, self.errors = self.errors[0], []
+            raise PgasError(first)
+
+    # Completions -------------------------------------------------------------------
+
+    def _poll(self, queue: DeviceQueue) -> int:
+        """Read the queue's CQs: report error CQEs, advance the completion floor; returns it."""
+        floor = self._code.progress(queue.address)
+        if queue.unread_errors:
+            self._read_errors(queue)
+            floor = self._code.progress(queue.address)
+        return floor
+
+    def _read_errors(self, queue: DeviceQueue) -> None:
+        with self._errors_lock:
+            while (found := self._code.refused(queue.address)) >= 0:
+                start, syndrome = found >> 8, found & 0xFF
+                wqe = mlx5.read_wqe(queue.qp.sq, start)    # intact: the floor waits at it
+                what = mlx5.OPCODE_NAMES.get(wqe.opcode, f"opcode {wqe.opcode:#x}")
+                nbytes = wqe.nbytes or wqe.atomic_size
+                refusal = (what, queue.peer, wqe.raddr, nbytes, syndrome)
+                if queue.waited[start % queue.qp.depth]:
+                    self._failed[(queue.peer, start)] = refusal
+                else:
+                    self.errors.append(mlx5.refusal("pgas (non-blocking operation, reported at quiet)", *refusal))
+                queue.descriptor[code.W["errors_read"]] += 1

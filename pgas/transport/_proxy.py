@@ -1,0 +1,250 @@
+"""The CPU proxy: turns compact requests from device threads (and host calls) into WQEs.
+
+A requester reserves a slot of the request ring (a lock on the producer ticket; a full
+ring makes it wait, never drop), writes a compact request and marks it ready. The proxy
+thread takes ready requests in ticket order, writes each as an mlx5 WQE into the queue
+pair of its PE and rings the NIC's doorbell once per post, as ``ibv_post_send`` does. It
+reads the completion queues, lands fetched values in the request's slot and advances the
+completion counter: every ticket below it is complete. ``quiet`` waits for that counter to
+pass the tickets issued before it; blocking calls wait for their own slot.
+
+Requests to one PE go through one queue pair in ticket order and the NIC delivers them in
+that order, so ``fence`` needs no work here (docs/transports.md, guarantees).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from ..core._errors import PgasError
+from ..core._waiting import Wait, precise_sleeps, sleep_until
+from ..nic import _mlx5 as mlx5
+from ..nic._nic import Nic
+from ..nic._regions import ACCESS_LOCAL
+from ._ibgda_ir import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AMO_XOR, GET, OP_NAMES, PUT, PUT_INLINE,
+                        atomic_segments)
+
+__all__ = ["Proxy", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR",
+           "AMO_XOR", "AMO_FETCH", "OP_NAMES", "REQUEST", "atomic_wqe"]
+
+CAPACITY = 1024
+REQUEST = np.dtype([("ticket", "u8"), ("state", "u1"), ("op", "u1"), ("size", "u1"), ("waited", "u1"),
+                    ("pe", "u4"), ("raddr", "u8"), ("laddr", "u8"), ("lkey", "u4"), ("syndrome", "u4"),
+                    ("nbytes", "u8"), ("value", "u8"), ("compare", "u8"), ("result", "u8")])
+_FREE, _READY, _POSTED, _DONE = range(4)
+_MAX_PAUSE_S = 2e-3
+_WAIT_BACKOFF_S = 100e-6    # longest sleep of a requester waiting for the NIC
+
+
+class Proxy:
+    """The request ring and the proxy thread of one PE, posting to ``nic``."""
+
+    def __init__(self, nic: Nic, timeout: float):
+        self.nic = nic
+        self.timeout = timeout
+        self.ring = np.zeros(CAPACITY, REQUEST)
+        # fetched atomic values land here (one 8-byte cell per slot, registered for the NIC)
+        self.cells = np.zeros(CAPACITY, np.uint64)
+        self.cells_region = nic.register(self.cells.view(np.uint8), ACCESS_LOCAL)
+        self._next = 0          # next ticket to hand out
+        self._freed = 0         # tickets below this have their slots free again
+        self._taken = 0         # next ticket the proxy posts
+        self._completed = 0     # the completion counter: every ticket below it is done
+        self._reserve = threading.Lock()
+        self._wake = threading.Event()
+        self._completion = threading.Condition()     # notified after completions land
+        self.qps = {peer: nic.create_qp(peer) for peer in nic.peers}     # by peer
+        self._posted: dict[int, dict] = {qp.qpn: {} for qp in self.qps.values()}   # wqe index -> ticket
+        self._producer = {qp.qpn: 0 for qp in self.qps.values()}    # basic blocks posted
+        self._consumer = {qp.qpn: 0 for qp in self.qps.values()}    # basic blocks completed
+        self._cqes_read = {qp.qpn: 0 for qp in self.qps.values()}
+        self.errors: list[str] = []         # failures of requests nobody waits for, for quiet
+        self._running = True
+        for qp in self.qps.values():
+            qp.on_completion = self._wake.set
+        self._thread = threading.Thread(target=self._serve, name=f"pgas-proxy-pe{nic.my_pe}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._running = False
+        self._wake.set()
+        self._thread.join()
+        self.nic.deregister(self.cells_region)
+
+    # Requesters --------------------------------------------------------------------
+
+    def submit(self, fn: str, op: int, pe: int, raddr: int, *, laddr: int = 0, lkey: int = 0, nbytes: int = 0,
+               size: int = 8, value: int = 0, compare: int = 0, waited: bool = True) -> int:
+        """Queue one request; returns its ticket. ``waited``: the caller will ``wait`` for
+        it (else a failure is kept for the next ``quiet``)."""
+        clock = None
+        while True:
+            with self._reserve:
+                if self._next - self._reclaim() < CAPACITY:
+                    ticket = self._next
+                    self._next += 1
+                    break
+            clock = clock or Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S)
+            clock.pause(f"a free slot in the proxy's request ring ({CAPACITY} requests outstanding)")
+        slot = self.ring[ticket % CAPACITY]
+        slot["ticket"], slot["op"], slot["size"], slot["pe"], slot["raddr"] = ticket, op, size, pe, raddr
+        slot["laddr"], slot["lkey"], slot["nbytes"], slot["value"], slot["compare"] = (
+            laddr, lkey, nbytes, value & 0xFFFFFFFFFFFFFFFF, compare & 0xFFFFFFFFFFFFFFFF)
+        slot["syndrome"], slot["waited"] = 0, waited
+        slot["state"] = _READY      # last: the proxy takes the slot once it sees this
+        self._wake.set()
+        return ticket
+
+    def _reclaim(self) -> int:
+        """Advance past done slots that nobody waits for any more (under the reserve lock)."""
+        while self._freed < self._completed:
+            slot = self.ring[self._freed % CAPACITY]
+            if slot["waited"]:
+                break
+            slot["state"] = _FREE
+            self._freed += 1
+        return self._freed
+
+    def wait(self, fn: str, ticket: int) -> int:
+        """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""
+        slot = self.ring[ticket % CAPACITY]
+        self._sleep_until(fn, lambda: slot["state"] == _DONE,
+                          lambda: f"the NIC to complete the {OP_NAMES[int(slot['op'])]} to PE {int(slot['pe'])}")
+        syndrome, result = int(slot["syndrome"]), int(slot["result"])
+        message = self._describe(fn, slot) if syndrome else None
+        slot["waited"] = 0          # the slot may be reused
+        if message:
+            raise PgasError(message)
+        return result
+
+    def quiet(self, fn: str) -> None:
+        """Wait until every request issued so far is complete; raise the first failure of
+        a request nobody waited for."""
+        target = self._next
+        self._sleep_until(fn, lambda: self._completed >= target,
+                          lambda: f"the proxy to complete {target - self._completed} outstanding "
+                                  "operations to PEs on other nodes")
+        self.raise_failures(fn)
+
+    def _sleep_until(self, fn: str, done, waiting_for) -> None:
+        """Sleep until ``done()`` (the proxy wakes its waiters after completions land)."""
+        def block(seconds):
+            with self._completion:      # checked under the lock the proxy notifies with: no lost wake-up
+                if not done():
+                    self._completion.wait(seconds)
+        sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block)
+
+    def raise_failures(self, fn: str) -> None:
+        """Raise (and forget) the first failure of a completed request nobody waited for."""
+        if self.errors:
+            first, self.errors = self.errors[0], []
+            raise PgasError(first)
+
+    @staticmethod
+    def _describe(fn: str, slot) -> str:
+        return mlx5.refusal(fn, OP_NAMES[int(slot["op"])], int(slot["pe"]), int(slot["raddr"]), int(slot["nbytes"]),
+                            int(slot["syndrome"]))
+
+    # The proxy thread ----------------------------------------------------------------
+
+    def _serve(self) -> None:
+        precise_sleeps()
+        pause = 0.0
+        try:
+            while self._running:
+                self._wake.clear()
+                busy = self._post_ready() | self._poll_completions()
+                if busy:
+                    pause = 0.0
+                    time.sleep(0)
+                else:
+                    pause = min(pause * 2 + 1e-5, _MAX_PAUSE_S)
+                    self._wake.wait(pause)
+        except BaseException:
+            self.nic._fail("proxy thread:\n" + traceback.format_exc())
+
+    def _post_ready(self) -> bool:
+        """Post ready requests in ticket order while their send queues have room."""
+        posted = False
+        while self._taken < self._next:
+            slot = self.ring[self._taken % CAPACITY]
+            if slot["state"] != _READY or slot["ticket"] != self._taken:
+                break
+            qp = self.qps[int(slot["pe"])]
+            if qp.depth - (self._producer[qp.qpn] - self._consumer[qp.qpn]) < 2:
+                break               # a full send queue: wait for completions
+            self._post(qp, slot)
+            slot["state"] = _POSTED
+            self._taken += 1
+            posted = True
+        return posted
+
+    def _post(self, qp, slot) -> None:
+        op, size = int(slot["op"]), int(slot["size"])
+        index = self._producer[qp.qpn]
+        raddr, rkey = int(slot["raddr"]), self.nic.remote[qp.peer].rkey
+        ticket = int(slot["ticket"])
+        cell = self.cells_region.base + (ticket % CAPACITY) * 8
+        lkey = self.cells_region.lkey
+        if op == PUT:
+            blocks = mlx5.write_wqe(qp.sq, index, qp.qpn, mlx5.OP_RDMA_WRITE, raddr, rkey, lkey=int(slot["lkey"]),
+                                    laddr=int(slot["laddr"]), nbytes=int(slot["nbytes"]))
+        elif op == PUT_INLINE:
+            data = int(slot["value"]).to_bytes(8, "little")[:size]
+            blocks = mlx5.write_wqe(qp.sq, index, qp.qpn, mlx5.OP_RDMA_WRITE, raddr, rkey, inline=data)
+        elif op == GET:
+            blocks = mlx5.write_wqe(qp.sq, index, qp.qpn, mlx5.OP_RDMA_READ, raddr, rkey, lkey=int(slot["lkey"]),
+                                    laddr=int(slot["laddr"]), nbytes=int(slot["nbytes"]))
+        else:
+            opcode, opmod, operands = atomic_wqe(op, size, int(slot["value"]), int(slot["compare"]))
+            blocks = mlx5.write_wqe(qp.sq, index, qp.qpn, opcode, raddr, rkey, opmod=opmod, lkey=lkey,
+                                    laddr=cell, operands=operands)
+        self._posted[qp.qpn][index & 0xFFFF] = (ticket, blocks)
+        self._producer[qp.qpn] = index + blocks
+        qp.dbr[0] = (index + blocks) & 0xFFFF                 # the doorbell record, then the doorbell
+        self.nic.ring(qp.sq[index % qp.depth, :8].tobytes())
+
+    def _poll_completions(self) -> bool:
+        progressed = False
+        for qp in self.qps.values():
+            while True:
+                cqe = mlx5.read_cqe(qp.cq, self._cqes_read[qp.qpn])
+                if cqe is None:
+                    break
+                self._cqes_read[qp.qpn] += 1
+                _, counter, syndrome = cqe
+                ticket, blocks = self._posted[qp.qpn].pop(counter)
+                self._consumer[qp.qpn] += blocks     # completions come in WQE order
+                self._finish(ticket, syndrome)
+                progressed = True
+        if progressed:
+            self._advance()
+            with self._completion:
+                self._completion.notify_all()
+        return progressed
+
+    def _finish(self, ticket: int, syndrome: int) -> None:
+        slot = self.ring[ticket % CAPACITY]
+        op, size = int(slot["op"]), int(slot["size"])
+        if op >= AMO_ADD and not syndrome:
+            fetched = self.cells[ticket % CAPACITY:ticket % CAPACITY + 1].view(np.uint8)[:size].tobytes()
+            slot["result"] = int.from_bytes(fetched, "big")     # the NIC writes network byte order
+        slot["syndrome"] = syndrome
+        if syndrome and not slot["waited"]:
+            self.errors.append(self._describe("pgas (non-blocking operation, reported at quiet)", slot))
+        slot["state"] = _DONE
+
+    def _advance(self) -> None:
+        while self._completed < self._taken and self.ring[self._completed % CAPACITY]["state"] == _DONE:
+            self._completed += 1
+
+
+def atomic_wqe(op: int, size: int, value: int, compare: int):
+    """(opcode, opmod, operands) of the mlx5 atomic that does request ``op`` on ``size``
+    bytes (``_ibgda_ir.atomic_segments``)."""
+    _, opcode_opmod, *words = atomic_segments(op, size, value, compare)
+    opcode = opcode_opmod & 0xFF
+    return opcode, opcode_opmod >> 24, tuple(int(w) for w in words[:4 if opcode == mlx5.OP_MASKED_CS else 2])

@@ -1,0 +1,283 @@
+"""Routing: the one place that decides how this PE reaches each PE.
+
+Every device function and host call that touches another PE's memory goes through
+``Transports``: its peer's heap mapped here (``self``/``p2p``: loads, stores and CPU
+atomics on the mapping), or the NIC: ``ibgda`` (the calling thread posts mlx5 WQEs
+itself, ``_ibgda``) or ``proxy`` (requests to the CPU proxy, which posts the WQEs,
+``_proxy``). Both remote engines have one interface (submit, wait, quiet). Callers name
+the target by their own copy of the symmetric array (same offset on every PE) and never
+ask which path is taken.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import sys
+from collections.abc import Callable
+
+import numpy as np
+
+from ..core import _cpu_atomics
+from ..core._device_errors import UNREACHABLE_WHY, device_error
+from ..core._env import setting
+from ..core._errors import PgasError
+from ..nic._nic import Nic
+from ..nic._regions import ACCESS_LOCAL, ACCESS_REMOTE
+from . import _proxy as proxy
+from ._ibgda import Ibgda
+
+__all__ = ["Transports", "REMOTE_TRANSPORTS"]
+
+REMOTE_TRANSPORTS = ("ibgda", "proxy")      # both drive the same emulated NIC (docs/transports.md)
+_AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or": proxy.AMO_OR,
+        "xor": proxy.AMO_XOR}
+
+
+class Transports:
+    """How this PE reaches each PE; ``kinds[pe]`` is ``self``, ``p2p``, ``ibgda`` or ``proxy``."""
+
+    def __init__(self, boot, heap, timeout: float, on_nic_failure: Callable[[], None]):
+        self.heap = heap
+        self.my_pe = boot.my_pe
+        self.timeout = timeout
+        self.remote = [pe for pe in range(boot.n_pes) if not heap.reachable(pe)]
+        self.kinds = ["self" if pe == boot.my_pe else "p2p" if heap.reachable(pe) else "unreachable"
+                      for pe in range(boot.n_pes)]
+        self.engine = self.heap_region = None
+        self.engines: dict = {}          # remote transport name -> its engine, made on first use
+        self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
+        self.gpu_path = None             # cuda: the GPU-initiated path (heap.attach_nic)
+        self.nic = Nic(boot.comm, boot.my_pe, on_nic_failure)
+        if heap.device_arrays:
+            self._connect_gpu(boot, heap)
+            return
+        self.heap_region = self.nic.register(heap.views[boot.my_pe], ACCESS_REMOTE)
+        self.nic.connect(self.heap_region, self.remote)
+        if self.remote:
+            self.use_remote(self.remote_transport)
+
+    def _connect_gpu(self, boot, heap) -> None:
+        """cuda: the GPU heap registered by its dma-buf, and the GPU-initiated path to every
+        PE on another node, which the heap attaches (``heap.attach_nic``: queue pairs the
+        GPU posts into, and a window through which the NIC reaches GPU memory). The GPU
+        drives the NIC itself: there is no proxy path on cuda, so where ibgda is not chosen,
+        or cannot be set up (said once), those PEs stay unreachable (the device's error
+        says why)."""
+        self.heap_region = self.nic.register_dmabuf(heap.dmabuf_fd(), heap.base, heap.size, ACCESS_REMOTE)
+        self.nic.connect(self.heap_region, self.remote)     # collective: before anything that may fail here
+        if not self.remote or self.remote_transport != "ibgda":
+            return
+        try:
+            self.gpu_path = heap.attach_nic(self.nic, self.heap_region, boot.n_pes)
+        except PgasError as e:
+            sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path cannot be set up here ({e}); "
+                             f"PEs on other nodes are unreachable from this one\n")
+            return
+        self.heap_region.window = self.gpu_path.window     # the NIC reaches the heap from now on
+        for pe in self.remote:
+            self.kinds[pe] = "ibgda"
+
+    def use_remote(self, name: str) -> None:
+        """Reach the PEs on other nodes through ``name`` (``ibgda`` or ``proxy``) from now
+        on. Call it after ``quiet``, between phases (``pgas.bench remote`` compares both in
+        one run). Where the GPU-initiated path cannot be set up, this says so once and
+        uses the proxy."""
+        if name not in REMOTE_TRANSPORTS:
+            raise PgasError(f"remote transport must be one of {', '.join(REMOTE_TRANSPORTS)}, got {name!r}")
+        if name == "ibgda" and name not in self.engines:
+            try:
+                self.engines[name] = Ibgda(self.nic, self.timeout)
+            except (ImportError, OSError, RuntimeError) as e:     # llvmlite cannot compile its code here
+                sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path (ibgda) cannot be set up "
+                                 f"here ({type(e).__name__}: {e}); using the CPU proxy for PEs on other nodes\n")
+                name = "proxy"
+        if name == "proxy" and name not in self.engines:
+            self.engines[name] = proxy.Proxy(self.nic, self.timeout)
+        self.engine = self.engines[name]
+        self.remote_transport = name
+        for pe in self.remote:
+            self.kinds[pe] = name
+
+    def close(self) -> None:
+        """Stop the remote engines and the NIC (every PE must be done with this one: after a barrier)."""
+        for engine in self.engines.values():
+            engine.close()
+        if self.nic is not None:
+            self.nic.deregister(self.heap_region)
+            self.nic.close()
+        if self.gpu_path is not None:
+            self.gpu_path.close(self.nic)       # after the NIC thread has stopped
+        self.engines, self.engine, self.nic, self.gpu_path = {}, None, None, None
+
+    def regions(self) -> list[dict]:
+        """The registered memory regions, for ``pgas.info()``."""
+        if self.nic is None:
+            return []
+        memory = "gpu (dma-buf)" if self.heap_region.dmabuf_fd is not None else "host"
+        return [{"pe": pe, "base": hex(r.base), "size": r.size, "rkey": hex(r.rkey), "memory": memory,
+                 **({"lkey": hex(self.heap_region.lkey)} if pe == self.my_pe else {})}
+                for pe, r in enumerate(self.nic.remote)]
+
+    # Helpers ------------------------------------------------------------------------
+
+    def _remote(self, fn: str, pe: int) -> bool:
+        """True when PE ``pe`` is reached through the NIC; PgasError if not at all."""
+        kind = self.kinds[pe]
+        if kind == "unreachable":      # the device's check says the same
+            raise device_error("UNREACHABLE", fn, why=UNREACHABLE_WHY, a=pe)
+        return kind in REMOTE_TRANSPORTS
+
+    def _raddr(self, pe: int, local: np.ndarray, fn: str, what: str) -> int:
+        """The address of symmetric ``local``'s element 0 in PE ``pe``'s registered heap."""
+        return self.nic.remote[pe].base + self.heap.offset_of(local, fn, what)
+
+    def _local_key(self, data: np.ndarray):
+        """(lkey, temporary region or None) for the local bytes of flat ``data`` (maybe
+        strided) that the NIC reads or writes: the heap's own key, or a registration of
+        just their span while the request lasts."""
+        address = data.__array_interface__["data"][0]
+        span = (data.size - 1) * data.strides[0] + data.itemsize if data.size else 0
+        if self.heap_region.slice(address, span) is not None:
+            return self.heap_region.lkey, None
+        region = self.nic.register(np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(address)),
+                                   ACCESS_LOCAL)
+        return region.lkey, region
+
+    # Contiguous and strided copies ------------------------------------------------------
+
+    def share(self, fn: str, pes, nelems: int, rank: int, size: int) -> tuple[int, int]:
+        """(first, count): the part of a group operation (``size`` threads, this one ``rank``)
+        on ``nelems`` elements of the PEs ``pes`` that this thread does. On load/store a
+        contiguous piece each; when any of them is reached through the NIC the group's
+        first thread does it all, in one request per PE (as a block-scoped put posts one
+        WQE) rather than one per thread."""
+        if any(self._remote(fn, pe) for pe in pes):
+            return (0, nelems) if rank == 0 else (0, 0)
+        first = nelems * rank // size
+        return first, nelems * (rank + 1) // size - first
+
+    def copy(self, fn: str, pe: int, to_peer: bool, sym: np.ndarray, sym_stride: int, other: np.ndarray,
+             other_stride: int, first: int, count: int, nbi: bool) -> None:
+        """Elements i in [first, first + count): ``to_peer``: ``other[i*other_stride]`` into
+        PE ``pe``'s ``sym[i*sym_stride]``; else the reverse. Flat arrays; ``sym`` symmetric."""
+        if count <= 0:
+            return
+        s = sym[first * sym_stride:(first + count - 1) * sym_stride + 1:sym_stride]
+        o = other[first * other_stride:(first + count - 1) * other_stride + 1:other_stride]
+        if not self._remote(fn, pe):
+            theirs = self.heap.view_on(pe, s, fn, "dest" if to_peer else "src")
+            if to_peer:
+                np.copyto(theirs, o)
+            else:
+                np.copyto(o, theirs)
+            return
+        # contiguous: one request; strided: one per element (as NVSHMEM's iput over IB does)
+        pieces = [(s, o)] if s.flags.c_contiguous and o.flags.c_contiguous else \
+            [(s[i:i + 1], o[i:i + 1]) for i in range(count)]
+        lkey, temporary = self._local_key(o)
+        blocking = not nbi or temporary is not None   # a temporary registration ends with the call
+        last = None
+        for remote_part, local_part in pieces:
+            last = self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe,
+                                     self._raddr(pe, remote_part, fn, "dest" if to_peer else "src"),
+                                     laddr=local_part.__array_interface__["data"][0], lkey=lkey,
+                                     nbytes=local_part.nbytes, waited=blocking and local_part is pieces[-1][1])
+        if blocking:
+            try:
+                # one queue pair completes in order: the last request done means all are
+                self.engine.wait(fn, last)
+                self.engine.raise_failures(fn)
+            finally:
+                if temporary is not None:
+                    self.nic.deregister(temporary)
+
+    def read(self, fn: str, pe: int, local: np.ndarray, what: str) -> np.ndarray:
+        """PE ``pe``'s copy of contiguous symmetric ``local``: a view where mapped, else fetched."""
+        if not self._remote(fn, pe):
+            return self.heap.view_on(pe, local, fn, what)
+        out = np.empty_like(local)
+        flat = local.reshape(-1)
+        self.copy(fn, pe, False, flat, 1, out.reshape(-1), 1, 0, flat.size, False)
+        return out
+
+    # Single words --------------------------------------------------------------------
+
+    def store(self, fn: str, pe: int, word: np.ndarray, value, what: str) -> None:
+        """PE ``pe``'s ``word[0] = value``; on the NIC an inline write, complete at ``quiet``."""
+        if not self._remote(fn, pe):
+            self.heap.view_on(pe, word[:1], fn, what)[0] = value
+            return
+        item = word[:1]
+        raddr = self._raddr(pe, item, fn, what)
+        bits = np.array([value], item.dtype)
+        if item.itemsize <= 8:
+            self.engine.submit(fn, proxy.PUT_INLINE, pe, raddr, size=item.itemsize, nbytes=item.itemsize,
+                              value=int.from_bytes(bits.tobytes(), "little"), waited=False)
+        else:
+            self.copy(fn, pe, True, item, 1, bits, 1, 0, 1, False)
+
+    def load(self, fn: str, pe: int, word: np.ndarray, what: str, acquire: bool):
+        """PE ``pe``'s ``word[0]`` (``acquire``: later loads see what was stored before it)."""
+        if not self._remote(fn, pe):
+            theirs = self.heap.view_on(pe, word[:1], fn, what)
+            return _cpu_atomics.load_acquire(theirs, fn, what) if acquire else theirs[0]
+        return self.read(fn, pe, word[:1], what)[0]
+
+    def rmw(self, fn: str, pe: int, word: np.ndarray, op: str, value, what: str, fetch: bool = True):
+        """Atomic ``op`` (one of _cpu_atomics.RMW_OPS) on PE ``pe``'s ``word[0]``; the old value
+        when ``fetch`` (else, through the NIC, nothing: complete at ``quiet``)."""
+        if not self._remote(fn, pe):
+            return _cpu_atomics.rmw(self.heap.view_on(pe, word[:1], fn, what), op, value, fn, what)
+        _cpu_atomics.check_word(word, fn, what, op)
+        if op == "add" and word.dtype in _cpu_atomics.FLOAT_DTYPES:
+            return self._float_add(fn, pe, word, value, what)
+        return self._atomic(fn, pe, word, _AMO[op], value, 0, what, fetch)
+
+    def _float_add(self, fn: str, pe: int, word: np.ndarray, value, what: str):
+        """Float add through the NIC, which only adds integers: read the word, then
+        compare-and-swap its bit pattern from ``old`` to ``old + value`` (added in the
+        word's type, as the GPU does) until no other atomic came in between; the old value.
+        It waits for each round trip, so a non-fetching float add is complete on return."""
+        dtype = word.dtype
+        addend = dtype.type(value)
+        old = self._atomic(fn, pe, word, proxy.AMO_FETCH, 0, 0, what, True)
+        while True:
+            seen = self._atomic(fn, pe, word, proxy.AMO_CAS, old + addend, old, what, True)
+            if _cpu_atomics.as_bits(dtype, seen) == _cpu_atomics.as_bits(dtype, old):
+                return old
+            old = seen      # another PE's atomic came first: try again from what it left
+
+    def compare_swap(self, fn: str, pe: int, word: np.ndarray, cond, value, what: str):
+        if not self._remote(fn, pe):
+            return _cpu_atomics.compare_swap(self.heap.view_on(pe, word[:1], fn, what), cond, value, fn, what)
+        _cpu_atomics.check_word(word, fn, what, "cas")
+        return self._atomic(fn, pe, word, proxy.AMO_CAS, value, cond, what, True)
+
+    def atomic_load(self, fn: str, pe: int, word: np.ndarray, what: str):
+        """An atomic read of PE ``pe``'s ``word[0]`` (acquire)."""
+        if not self._remote(fn, pe):
+            return _cpu_atomics.load_acquire(self.heap.view_on(pe, word[:1], fn, what), fn, what)
+        _cpu_atomics.check_word(word, fn, what, "load")
+        return self._atomic(fn, pe, word, proxy.AMO_FETCH, 0, 0, what, True)
+
+    def word_loader(self, fn: str, pe: int, word: np.ndarray, what: str):
+        """A function that reads PE ``pe``'s int64 ``word[0]`` atomically (acquire), for hot
+        polling loops: a bound CPU load where it is mapped, else an atomic read through the NIC."""
+        if not self._remote(fn, pe):
+            return _cpu_atomics.int64_word(self.heap.view_on(pe, word[:1], fn, what), fn, what)[0]
+        return functools.partial(self.atomic_load, fn, pe, word[:1], what)
+
+    def _atomic(self, fn, pe, word, op, value, cond, what, fetch):
+        item = word[:1]
+        raddr = self._raddr(pe, item, fn, what)
+        ticket = self.engine.submit(fn, op, pe, raddr, size=item.itemsize, nbytes=item.itemsize,
+                                   value=_cpu_atomics.as_bits(item.dtype, value),
+                                   compare=_cpu_atomics.as_bits(item.dtype, cond), waited=fetch)
+        if fetch:
+            return _cpu_atomics.from_bits(item.dtype, self.engine.wait(fn, ticket))
+        return None
+
+    def quiet(self, fn: str) -> None:
+        """Complete every operation this PE issued through the NIC."""
+        for engine in self.engines.values():
+            engine.quiet(fn)
