@@ -151,7 +151,7 @@ def test_a_failing_kernel_ends_the_run_with_the_checks_error(case, clean_shm):
 
 
 def test_what_only_the_cuda_nic_path_records():
-    """The NIC path's records (``device/_cuda_nic``): a refused WQE reads as the simulator's
+    """The NIC path's records (``_nic_device``): a refused WQE reads as the simulator's
     refusal (``_ibgda``: the operation's name, the PE, the address, the byte count, the
     reason), then the cuda-only kinds."""
     write = mlx5.OP_RDMA_WRITE | 64 << 16 | mlx5.SYNDROME_REMOTE_ACCESS << 56

@@ -95,8 +95,8 @@ print("ok")
 @pytest.mark.gpu
 def test_device_operations_across_nodes_go_through_the_gpu_initiated_nic_path(tmp_path):
     """Two PEs as two nodes (sharing the GPU): device threads post their own WQEs to the
-    emulated NIC (``device/_cuda_nic``), which reaches the GPU heaps through copies and
-    its atomic kernel (``host/_gpu_nic``)."""
+    emulated NIC (``_nic_device``), which reaches the GPU heaps through copies and
+    its atomic kernel (``pgas/cuda/_nic_host.py``)."""
     script = tmp_path / "across_nodes.py"
     script.write_text(ACROSS_NODES)
     proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"], env=CUDA,

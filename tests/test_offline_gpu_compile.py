@@ -212,7 +212,7 @@ def _function(ptx: str, name: str) -> str:
 
 
 def test_the_nic_path_posts_and_polls_with_system_scope_ptx(report):
-    """The GPU-initiated path (``_cuda_nic``): the device thread reserves send-queue blocks
+    """The GPU-initiated path (``_nic_device``): the device thread reserves send-queue blocks
     with a system-scope CAS, publishes the doorbell record, doorbell and counters with
     release stores, sets the rung word with a sequentially consistent exchange, and polls
     the CQE with acquire loads, backing off with nanosleep; the NIC is a CPU thread, so no
@@ -239,7 +239,7 @@ def test_the_nic_path_posts_and_polls_with_system_scope_ptx(report):
 
 
 def test_the_nic_applies_atomics_on_gpu_memory_with_system_scope_compare_swap(report):
-    """The emulated NIC's atomics on a GPU heap (``_gpu_nic``): a one-thread kernel, a
+    """The emulated NIC's atomics on a GPU heap (``pgas/cuda/_nic_host.py``): a one-thread kernel, a
     sequentially consistent system-scope compare-and-swap loop on 4- and 8-byte words."""
     body = entry(report["ptx"]["nic_atomic"])
     for width in (32, 64):

@@ -1,7 +1,7 @@
 """The symmetric heap of the cuda backend: GPU memory shared with the node's PEs by CUDA IPC.
 
 Before anything else, ``init`` reserves the device state block's fixed address
-(``_gpu_state``), so that the heap cannot land on it. Each PE allocates its heap with
+(``_state_block``), so that the heap cannot land on it. Each PE allocates its heap with
 ``cuMemAlloc`` on its device, exports it with ``cuIpcGetMemHandle``, and opens every
 other local PE's handle (``cuIpcOpenMemHandle``), so a peer's heap is a device pointer
 in this process: kernels reach it with loads and stores (over NVLink/PCIe between GPUs,

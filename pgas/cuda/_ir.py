@@ -177,7 +177,7 @@ def compare_codegen(context, builder, sig, args):
 # to ``fail(context, builder, kind, texts, numbers)``, the backend's recorder (on a GPU it
 # writes the error record and traps): ``kind`` a KIND code, ``texts`` fn, what and why as
 # (numba type, value) pairs or (plain string, None), ``numbers`` a, b and c as int64 values.
-# The conditions and fields are the simulator's (``device/_sim.py``, ``_checks.py``), so the
+# The conditions and fields are the simulator's (``pgas/sim/_primitives.py``, ``pgas/core/_checks.py``), so the
 # host raises the same text on both backends.
 
 def constant_text(typ) -> str:

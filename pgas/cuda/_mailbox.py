@@ -1,7 +1,7 @@
 """Where a kernel's failed device check leaves its error: a few hundred bytes of pinned
 host memory mapped into the GPU (``cuMemHostAlloc`` with ``DEVICEMAP``).
 
-The device writes one error record there and traps (``device/_cuda.py``); the kernel's
+The device writes one error record there and traps (``_state_reads.record_failure``); the kernel's
 failure then surfaces on the host as a CUDA error at the next synchronization, and pgas
 raises the record instead, with the simulator's text (``pgas/core/_device_errors.py``). The
 memory is the host's, so it can be read after the trap has ended the CUDA context.

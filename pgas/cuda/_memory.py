@@ -214,14 +214,14 @@ def barrier_words(typingctx, team, fn):
 @intrinsic
 def copy_strided(typingctx, dst, dst_stride, src, src_stride, nelems, rank, size):
     """Threads ``rank`` of ``size`` share the copy; contiguous, equally aligned copies move
-    16 bytes per load and store (``_cuda_ir``)."""
+    16 bytes per load and store (``_ir``)."""
     return copy_strided_type(dst, dst_stride, src, src_stride, nelems, rank, size), copy_strided_codegen
 
 
 @intrinsic
 def _fold(typingctx, op, dst, dst_lo, src, src_lo, count, rank, size):
     """dst[dst_lo + i] = dst[dst_lo + i] ``op`` src[src_lo + i] (``FOLD_COPY``: a copy),
-    threads ``rank`` of ``size`` sharing it (``_cuda_ir``)."""
+    threads ``rank`` of ``size`` sharing it (``_ir``)."""
     signature = fold_type(op, dst, dst_lo, src, src_lo, count, rank, size)
     return None if signature is None else (signature, fold_codegen)
 
@@ -239,7 +239,7 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
             _fold(op, dst, dst_lo, theirs, src_lo, count, rank, size)
 
 
-# Other PEs: loads and stores into their mapped heaps, or the NIC (``_cuda_nic``) --------
+# Other PEs: loads and stores into their mapped heaps, or the NIC (``_nic_device``) --------
 
 @jit
 def transfer(fn, to_peer, pe, dst, dst_stride, src, src_stride, nelems, rank, size, nbi):

@@ -1,11 +1,11 @@
-"""The cuda backend's side of the GPU-initiated NIC path (``device/_cuda_nic``): the queues
+"""The cuda backend's side of the GPU-initiated NIC path (``_nic_device``): the queues
 GPU threads post into, and the NIC's window on GPU memory.
 
 For each PE on another node: a queue pair and descriptor (``_ibgda.DeviceQueue``, the
 simulator's) in pinned host memory mapped into the GPU (``cuMemHostAlloc`` with
 DEVICEMAP; under unified addressing the GPU uses the host's addresses), whose rung word
 the NIC polls (``Nic.poll``): a GPU thread cannot wake a CPU thread. The device state
-gets the NIC rows (``device/_cuda_nic.ROW``) and the heap's local key.
+gets the NIC rows (``_nic_device.ROW``) and the heap's local key.
 
 The NIC thread has no view of GPU memory: ``GpuWindow`` copies bytes out and in on a
 stream of its own (non-blocking, so a kernel waiting for the NIC keeps running) and
@@ -166,7 +166,7 @@ class GpuWindow:
 
 class GpuQueues:
     """The device queue pairs to every PE on another node and their rows in the device state
-    (``device/_cuda_nic``). What the NIC reads or writes (send queue, doorbell record, CQs,
+    (``_nic_device``). What the NIC reads or writes (send queue, doorbell record, CQs,
     result cells, the rung word) is pinned host memory the GPU maps; what only GPU threads
     touch (the descriptor with its counters, the ``waited`` flags) is device memory, as
     NVSHMEM keeps it: GPU atomics on host memory are slow, and not atomic on every system."""

@@ -129,8 +129,8 @@ class DeviceState:
         self.push()
 
     def set_nic(self, rows: np.ndarray, heap_lkey: int) -> None:
-        """Append the NIC rows (``device/_cuda_nic.ROW`` per PE) and say where they start,
-        with the heap's local key (``device/_cuda_state``)."""
+        """Append the NIC rows (``_nic_device.ROW`` per PE) and say where they start,
+        with the heap's local key (``_state_reads``)."""
         _, words = _state_layout()
         start = self.words.size
         grown = np.concatenate([self.words, rows.reshape(-1).astype(np.int64)])

@@ -9,7 +9,7 @@ timeout in nanoseconds, the address of the PE's error mailbox, where the NIC row
 (0: no PE is reached through the NIC) and the heap's local key, then every PE's mapped
 heap base (0 where there is no load/store path), then the team table (per slot: size,
 this PE's rank, then the world PE of every rank; size 0 where the slot is free), then
-the NIC rows (``_cuda_nic``).
+the NIC rows (``_nic_device``).
 """
 from __future__ import annotations
 

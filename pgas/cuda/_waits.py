@@ -79,7 +79,7 @@ def group_sync(typingctx, scope, fn):
 
 @intrinsic
 def compare(typingctx, value, cmp, target):
-    """``value <cmp> target`` in ``value``'s own type (``_cuda_ir.compare_codegen``)."""
+    """``value <cmp> target`` in ``value``'s own type (``_ir.compare_codegen``)."""
     return types.boolean(value, cmp, target), compare_codegen
 
 

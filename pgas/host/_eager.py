@@ -71,7 +71,7 @@ def _compiled_runner(fold, d, regions, contribute, gather):
 
 def runner(call, kind: str, extra):
     """The body of eager collective ``kind`` (reduce, fcollect, broadcast) on the checked
-    arrays of ``call`` (``_collectives._Call``), with everything bound that a repeated call
+    arrays of ``call`` (``_collective_call.Call``), with everything bound that a repeated call
     needs (each lookup saved counts at these sizes). ``extra``: the op of a reduce (its
     name), the root rank of a broadcast."""
     fn, rt, team, d, s = call.fn, call.rt, call.team, call.d, call.s

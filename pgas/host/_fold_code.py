@@ -3,7 +3,7 @@
 numpy's ufuncs cost about 0.4 µs a call whatever the size, so an eager all-reduce of a
 few bytes on 4 PEs spent more in its three ufunc calls than in its one synchronization
 round. Here one call of compiled code (llvmlite, as ``_cpu_atomics``) does it in about
-0.1 µs. The element rule is the one the GPU uses (``device/_cuda_ir.combine``), which is
+0.1 µs. The element rule is the one the GPU uses (``pgas/cuda/_ir.py``: ``combine``), which is
 numpy's with ``out=`` in the element type, and the order is ``reduce_into``'s
 (((b0 op b1) op b2) ...), so every member gets numpy's bits. Compiled per (dtype, op) on
 first use, a few milliseconds each; float16 is left to numpy.

@@ -199,7 +199,7 @@ def reduce_from_peers(fn: str, dst: np.ndarray, dst_lo: int, src, src_lo: int, c
     reduce_into(dst[dst_lo + lo:dst_lo + hi], shares, ufunc)
 
 
-# Other PEs: every access goes through the runtime's routing (host/_transport.py) --------
+# Other PEs: every access goes through the runtime's routing (pgas/transport/_routing.py) --------
 
 def _transports_to(fn: str, pe):
     rt = runtime(fn)

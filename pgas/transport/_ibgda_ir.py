@@ -9,8 +9,8 @@ record and the doorbell register and mark the blocks ready. A ``rung`` word batc
 doorbells of many threads: only the thread that finds it clear asks the NIC to look.
 
 One builder serves both backends, so the protocol and the byte layout exist once:
-``host/_ibgda_code`` compiles it for the CPU (the simulator's device threads call it
-through ctypes) and ``device/_cuda_ibgda`` emits it into numba-cuda kernels. Only the
+``_ibgda_code`` compiles it for the CPU (the simulator's device threads call it
+through ctypes) and ``pgas/cuda/_nic_library.py`` emits it into numba-cuda kernels. Only the
 memory model differs, given as a ``memory`` object (``load``, ``store``, ``cas``, ``rmw``,
 ``pause``): LLVM atomics and ``sched_yield`` on the CPU; system-scope PTX and
 ``nanosleep`` on a GPU, where NVVM would lower LLVM's atomic orderings to relaxed,
