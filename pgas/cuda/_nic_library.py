@@ -26,7 +26,6 @@ I1, _I8, _I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntTy
 _TEXT = _I8.as_pointer()
 _REGISTER = {8: "h", 32: "r", 64: "l"}
 _WAITING_FOR_ROOM, _WAITING_FOR_COMPLETION = 0, 1
-_MAX_MESSAGE = 1 << 30      # bytes per RDMA write or read
 
 
 class GpuMemory:
@@ -252,12 +251,12 @@ class _Library:
         with b.if_else(contiguous) as (whole, strided):
             with whole:          # messages of at most 1 GiB (a byte count's top bit marks inline data)
                 nbytes = b.mul(nelems, itemsize)
-                pieces = b.udiv(b.add(nbytes, const(_MAX_MESSAGE - 1)), const(_MAX_MESSAGE))
+                pieces = b.udiv(b.add(nbytes, const(mlx5.MAX_MESSAGE - 1)), const(mlx5.MAX_MESSAGE))
                 with cgutils.for_range(b, pieces) as loop:
-                    offset = b.mul(loop.index, const(_MAX_MESSAGE))
+                    offset = b.mul(loop.index, const(mlx5.MAX_MESSAGE))
                     left = b.sub(nbytes, offset)
                     post(b.add(sym, offset), b.add(other, offset),
-                         b.select(b.icmp_unsigned("<", left, const(_MAX_MESSAGE)), left, const(_MAX_MESSAGE)))
+                         b.select(b.icmp_unsigned("<", left, const(mlx5.MAX_MESSAGE)), left, const(mlx5.MAX_MESSAGE)))
             with strided:
                 with cgutils.for_range(b, nelems) as loop:
                     i = loop.index

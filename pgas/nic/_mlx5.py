@@ -19,12 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BB", "OP_RDMA_WRITE", "OP_RDMA_READ", "OP_ATOMIC_CS", "OP_ATOMIC_FA", "OP_MASKED_CS",
-           "OP_MASKED_FA", "atomic_result", "atomic_size", "OPMOD_EXT_ATOMIC_4", "OPMOD_EXT_ATOMIC_8", "CQ_UPDATE", "MAX_INLINE",
-           "SYNDROME_LOCAL_PROT", "SYNDROME_REMOTE_INVALID", "SYNDROME_REMOTE_ACCESS", "SYNDROMES",
-           "CQE_REQ", "CQE_REQ_ERR", "Wqe", "write_wqe", "read_wqe", "write_cqe", "read_cqe", "empty_cq",
-           "write_collapsed_cqe", "refusal", "WQE_FIELDS",
-           "OPCODE_NAMES"]
+from ..core._errors import PgasError
+
+__all__ = ["BB", "OP_RDMA_WRITE", "OP_RDMA_READ", "OP_ATOMIC_CS", "OP_ATOMIC_FA", "OP_MASKED_CS", "OP_MASKED_FA",
+           "atomic_result", "atomic_size", "OPMOD_EXT_ATOMIC_4", "OPMOD_EXT_ATOMIC_8", "CQ_UPDATE", "MAX_INLINE",
+           "MAX_MESSAGE", "check_message", "SYNDROME_LOCAL_PROT", "SYNDROME_REMOTE_INVALID", "SYNDROME_REMOTE_ACCESS",
+           "SYNDROMES", "CQE_REQ", "CQE_REQ_ERR", "Wqe", "write_wqe", "read_wqe", "write_cqe", "read_cqe", "empty_cq",
+           "write_collapsed_cqe", "refusal", "WQE_FIELDS", "OPCODE_NAMES"]
 
 BB = 64                      # bytes per basic block
 OP_RDMA_WRITE = 0x08
@@ -37,6 +38,10 @@ OPMOD_EXT_ATOMIC_4 = 0x08    # masked atomics on 4 bytes
 OPMOD_EXT_ATOMIC_8 = 0x09    # masked atomics on 8 bytes
 CQ_UPDATE = 0x08             # fm_ce_se: write a CQE for this WQE
 INLINE_FLAG = 0x80000000
+# The bytes one RDMA write or read carries here. A data segment's byte count has 31 bits
+# (the top one marks inline data), so larger copies are split into messages of this size,
+# as NVSHMEM does; a larger one is refused (``check_message``), never truncated.
+MAX_MESSAGE = 1 << 30
 MAX_INLINE = BB - 36         # inline bytes that fit the first basic block with ctrl + raddr
 
 CQE_REQ, CQE_REQ_ERR, CQE_INVALID = 0, 13, 0xF
@@ -180,6 +185,13 @@ WQE_FIELDS = np.dtype([("opcode", "u1"), ("opmod", "u1"), ("signaled", "?"), ("i
                        ("qpn", "u4"), ("ds", "u4"), ("rkey", "u4"), ("lkey", "u4"), ("raddr", "u8"), ("laddr", "u8"),
                        ("nbytes", "u8"), ("size", "u8"), ("length", "u8"), ("operands", "u8", (4,)),
                        ("inline_data", "u1", (MAX_INLINE,))])
+
+
+def check_message(fn: str, nbytes: int) -> None:
+    """PgasError unless one WQE can carry ``nbytes`` (callers split larger copies)."""
+    if not 0 <= nbytes <= MAX_MESSAGE:
+        raise PgasError(f"{fn}: one NIC request carries at most {MAX_MESSAGE} bytes, got {nbytes} "
+                        "(pgas splits larger copies: this is a bug of pgas)")
 
 
 def empty_cq(depth: int, allocate=np.zeros) -> np.ndarray:

@@ -99,6 +99,7 @@ class Ibgda:
                size: int = 8, value: int = 0, compare: int = 0, waited: bool = True):
         """Post one request (the ops of ``_proxy``); returns its ticket. ``waited``: the
         caller will ``wait`` for it (else a failure is kept for the next ``quiet``)."""
+        mlx5.check_message(fn, nbytes)
         queue = self.queues[pe]
         rkey = self.nic.remote[pe].rkey
         operands = (0, 0, 0, 0)

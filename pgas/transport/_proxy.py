@@ -80,6 +80,7 @@ class Proxy:
                size: int = 8, value: int = 0, compare: int = 0, waited: bool = True) -> int:
         """Queue one request; returns its ticket. ``waited``: the caller will ``wait`` for
         it (else a failure is kept for the next ``quiet``)."""
+        mlx5.check_message(fn, nbytes)
         clock = None
         while True:
             with self._reserve:

@@ -21,6 +21,7 @@ from ..core import _cpu_atomics
 from ..core._device_errors import UNREACHABLE_WHY, device_error
 from ..core._env import setting
 from ..core._errors import PgasError
+from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL, ACCESS_REMOTE
 from . import _proxy as proxy
@@ -171,9 +172,10 @@ class Transports:
             else:
                 np.copyto(o, theirs)
             return
-        # contiguous: one request; strided: one per element (as NVSHMEM's iput over IB does)
-        pieces = [(s, o)] if s.flags.c_contiguous and o.flags.c_contiguous else \
-            [(s[i:i + 1], o[i:i + 1]) for i in range(count)]
+        # contiguous: a request per MAX_MESSAGE bytes; strided: one per element (as NVSHMEM's
+        # iput over IB does)
+        step = max(mlx5.MAX_MESSAGE // s.itemsize, 1) if s.flags.c_contiguous and o.flags.c_contiguous else 1
+        pieces = [(s[i:i + step], o[i:i + step]) for i in range(0, count, step)]
         lkey, temporary = self._local_key(o)
         blocking = not nbi or temporary is not None   # a temporary registration ends with the call
         last = None

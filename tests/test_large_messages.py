@@ -1,0 +1,106 @@
+"""Copies too large for one NIC request arrive whole (docs/transports.md, "Message sizes").
+
+One RDMA write or read carries at most ``mlx5.MAX_MESSAGE`` (1 GiB) here: a data segment's
+byte count has 31 bits, its top bit marking inline data. A 2 GiB put used to go out as one
+request whose count read as an empty inline write: pgas returned success and wrote
+``size mod 2 GiB`` bytes. Copies are now split, and an engine refuses a request it cannot
+carry rather than truncate it.
+"""
+import pytest
+
+import pgas
+from conftest import pgasrun, skip_without_remote_transport
+from pgas.nic import _mlx5 as mlx5
+
+# Every byte is checked against a pattern of period 251 (a prime), which no 1 GiB piece
+# boundary lines up with: a piece written at the wrong offset shows.
+LARGE = r"""
+import sys
+import numpy as np
+import pgas, pgas.device as dev
+from numba import cuda
+from pgas.runtime._arrays import as_ndarray
+
+NBYTES = int(sys.argv[1])
+CHUNK = 64 << 20
+TILE = np.resize(np.arange(251, dtype=np.uint8), CHUNK + 251)
+
+
+def fill(a):
+    for start in range(0, a.size, CHUNK):
+        piece = a[start:start + CHUNK]
+        piece[:] = TILE[start % 251:start % 251 + piece.size]
+
+
+def first_wrong(a):
+    for start in range(0, a.size, CHUNK):
+        piece = a[start:start + CHUNK]
+        expected = TILE[start % 251:start % 251 + piece.size]
+        if not np.array_equal(piece, expected):
+            return start + int(np.argmax(piece != expected))
+    return None
+
+
+@cuda.jit
+def device_get(dest, src, pe):
+    dev.get(dest, src, pe)
+
+
+@cuda.jit
+def device_put(dest, src, pe):
+    dev.put(dest, src, pe)
+
+
+pgas.init()
+me, peer = pgas.my_pe(), 1 - pgas.my_pe()
+sym = pgas.empty(NBYTES, np.uint8)
+mine = as_ndarray(sym, "test", "sym")
+if me == 0:
+    local = np.empty(NBYTES, np.uint8)
+    fill(local)
+    pgas.put(sym, local, peer)             # host put: into PE 1, on the other node
+pgas.barrier_all()
+if me == 1:
+    print(f"put: first wrong byte {first_wrong(mine)}", flush=True)
+    mine[:] = 0
+pgas.barrier_all()
+if me == 0:
+    local[:] = 0
+    pgas.get(local, sym, peer)             # host get: out of PE 1 (all zeros now)
+    print(f"get: zeros {not local.any()}", flush=True)
+    fill(mine)
+    device_put[1, 1](sym, sym, peer)       # the same paths in a kernel
+pgas.barrier_all()
+if me == 0:
+    mine[:] = 0
+    device_get[1, 1](sym, sym, peer)
+    print(f"device put and get: first wrong byte {first_wrong(mine)}", flush=True)
+    local[:] = 0
+    pgas.get(local, sym, peer)
+    print(f"get: first wrong byte {first_wrong(local)}", flush=True)
+pgas.barrier_all()
+pgas.finalize()
+"""
+
+
+@pytest.mark.parametrize("transport", ["ibgda", "proxy"])
+def test_a_put_and_a_get_above_2_gib_arrive_whole_across_nodes(tmp_path, clean_shm, transport):
+    skip_without_remote_transport()
+    nbytes = 2 * (1 << 30) + 8                  # two full pieces and 8 bytes
+    script = tmp_path / "large.py"
+    script.write_text(LARGE)
+    proc = pgasrun(2, "python", str(script), str(nbytes), options=("--pes-per-node", "1"), timeout=600,
+                   env={"PGAS_REMOTE_TRANSPORT": transport, "PGAS_SYMMETRIC_SIZE": str(nbytes + (64 << 20)),
+                        "PGAS_TIMEOUT": "300"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "put: first wrong byte None" in proc.stdout, proc.stdout
+    assert "get: first wrong byte None" in proc.stdout, proc.stdout
+    assert "get: zeros True" in proc.stdout, proc.stdout
+    assert "device put and get: first wrong byte None" in proc.stdout, proc.stdout
+
+
+def test_an_engine_refuses_a_request_larger_than_one_message():
+    mlx5.check_message("pgas.put", mlx5.MAX_MESSAGE)
+    with pytest.raises(pgas.PgasError, match=r"pgas.put: one NIC request carries at most 1073741824 bytes, got "
+                                        r"2147483648 \(pgas splits larger copies"):
+        mlx5.check_message("pgas.put", 2 << 30)
