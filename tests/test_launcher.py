@@ -25,9 +25,12 @@ pgas.finalize()
 @pytest.mark.parametrize("action,how,code", [
     ("raise ValueError('deliberate failure')", "PE 1 raised ValueError: deliberate failure", 1),
     ("os.kill(os.getpid(), 9)", "PE 1 was killed by signal 9 (SIGKILL)", 128 + 9),
+    ("os.kill(os.getpid(), 7)", "PE 1 was killed by signal 7 (SIGBUS): a bus error, which on pgas's heap means "
+                                "/dev/shm ran out of room (see df /dev/shm; docker: --shm-size) or "
+                                "PGAS_SYMMETRIC_SIZE is larger than it can hold", 128 + 7),
     ("sys.exit(3)", "PE 1 exited with status 3", 3),
     ("os._exit(3)", "PE 1 exited with status 3", 3),
-], ids=["raises", "killed", "exits-3", "os-exit-3"])
+], ids=["raises", "killed", "bus-error", "exits-3", "os-exit-3"])
 def test_a_failing_pe_ends_the_run_with_its_status_and_is_named(tmp_path, clean_shm, action, how, code):
     script = tmp_path / "fail.py"
     script.write_text(FAILING.format(action=action))
@@ -97,6 +100,21 @@ def test_sigterm_to_pgasrun_stops_every_pe(tmp_path, clean_shm):
     assert proc.returncode == 128 + signal.SIGTERM
     assert "pgasrun: stopped by SIGTERM; every PE was stopped" in stderr
     assert time.monotonic() - start < 10
+    assert not [p for p in running_command_lines() if str(script) in p]
+
+
+def test_a_second_ctrl_c_while_pgasrun_stops_the_run_changes_nothing(tmp_path, clean_shm):
+    """The PEs ignore SIGTERM, so stopping them takes pgasrun's grace period; a second
+    SIGINT then used to print a KeyboardInterrupt traceback instead of the summary."""
+    script = tmp_path / "stubborn.py"
+    proc = start_pgasrun(script, "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + HANGS)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert stderr.count("pgasrun: interrupted; every PE was stopped") == 1, stderr
     assert not [p for p in running_command_lines() if str(script) in p]
 
 
@@ -193,8 +211,32 @@ def test_pgas_info_lists_every_variable_and_marks_the_bad_ones():
     assert "2 PGAS_* variables cannot be used" in proc.stdout
 
 
+def test_a_misspelt_variable_is_named_once_with_the_closest_known_one(tmp_path, clean_shm):
+    """pgasrun warns once for all PEs; pgas-info lists it; a program started without pgasrun
+    warns from PE 0 at init."""
+    misspelt = {"PGAS_TIMOUT": "5", "PGAS_SYMETRIC_SIZE": "1g"}
+    program = tmp_path / "prog.py"
+    program.write_text("import pgas\npgas.init()\npgas.finalize()\n")
+    proc = pgasrun(2, "python", str(program), env=misspelt)
+    assert proc.returncode == 0, proc.stderr
+    for wrong, right in (("PGAS_TIMOUT", "PGAS_TIMEOUT"), ("PGAS_SYMETRIC_SIZE", "PGAS_SYMMETRIC_SIZE")):
+        warning = f"{wrong} is not a pgas variable and is ignored: did you mean {right}?"
+        assert proc.stderr.count(warning) == 1, proc.stderr
+        assert f"pgasrun: warning: {warning}" in proc.stderr
+    info = subprocess.run([sys.executable, "-c", "from pgas.host._info import main; raise SystemExit(main())"],
+                          env={**pe_env(), **misspelt}, capture_output=True, text=True)
+    assert "  warning: PGAS_TIMOUT is not a pgas variable and is ignored: did you mean PGAS_TIMEOUT?" in info.stdout
+    alone = subprocess.run([sys.executable, str(program)], env={**pe_env(), "PGAS_DEBG": "1"}, capture_output=True,
+                           text=True, timeout=120)
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stderr.count("pgas: warning: PGAS_DEBG is not a pgas variable and is ignored: did you mean "
+                              "PGAS_DEBUG?") == 1, alone.stderr
+
+
 @pytest.mark.parametrize("setting,program,message", [
-    ("PGAS_SYMMETRIC_SIZE=100t", "", "PGAS_SYMMETRIC_SIZE=100t: cannot map a symmetric heap of"),
+    # the heap files are sparse: that they fit is checked, rather than found by a SIGBUS later
+    ("PGAS_SYMMETRIC_SIZE=100t", "", "PGAS_SYMMETRIC_SIZE=100t: the symmetric heaps of the 3 PEs on this machine "
+                                     "need 329853488332800 bytes of /dev/shm, which has"),
     ("PGAS_SYMMETRIC_SIZE=512", "", "PGAS_SYMMETRIC_SIZE=512 is too small: pgas keeps 6163456 bytes of every "
                                     "PE's heap for its own synchronization words and the staging buffers of "
                                     "small collectives"),

@@ -1,6 +1,7 @@
 """Every ``PGAS_*`` environment variable: its parser, default and meaning, in one table."""
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -9,7 +10,7 @@ from typing import Any, Callable
 
 from ._errors import PgasConfigError
 
-__all__ = ["Variable", "VARIABLES", "setting", "parse_size", "invalid_settings", "shown"]
+__all__ = ["Variable", "VARIABLES", "setting", "parse_size", "invalid_settings", "unknown_settings", "shown"]
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -102,8 +103,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "cuda backend: the fixed virtual address of the device state block that kernels read "
              "(change it only if pgas.init says the driver could not reserve it; the same on every PE)"),
     Variable("PGAS_DEBUG", "0", _parse_bool,
-             "1: extra checks: every PE makes the same allocations; device arguments lie inside "
-             "live symmetric arrays (catches use after free)"),
+             "1: extra checks: every PE makes the same allocations; the symmetric arguments of device "
+             "functions and host calls lie inside live symmetric arrays (catches use after free)"),
 ]}
 
 
@@ -131,6 +132,23 @@ def invalid_settings() -> dict[str, str]:
         except PgasConfigError as exc:
             bad[name] = str(exc)
     return bad
+
+
+# What pgasrun sets for its PEs (not settings of the user's)
+_LAUNCHER_VARIABLES = ("PGAS_RUN_DIR", "PGAS_JOB_ID", "PGAS_TAG_OUTPUT", "PGAS_BACKEND_NOTICE_GIVEN",
+                       "PGAS_LAUNCHER_PID", "PGAS_LAUNCHER_HOST")
+
+
+def unknown_settings() -> dict[str, str]:
+    """Every ``PGAS_*`` variable set that pgas does not read (a misspelt name, most likely):
+    name -> a warning that names the closest known variable."""
+    unknown = {}
+    for name in sorted(os.environ):
+        if name.startswith("PGAS_") and name not in VARIABLES and name not in _LAUNCHER_VARIABLES:
+            close = difflib.get_close_matches(name[5:], [known[5:] for known in VARIABLES], n=1, cutoff=0.7)
+            hint = f"did you mean PGAS_{close[0]}?" if close else f"pgas reads {', '.join(VARIABLES)}"
+            unknown[name] = f"{name} is not a pgas variable and is ignored: {hint}"
+    return unknown
 
 
 def shown(name: str) -> str:

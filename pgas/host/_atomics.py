@@ -67,7 +67,7 @@ def _apply(name: str, operands: tuple, fetch: bool, op: str, dest, cond, value, 
     _cpu_atomics.check_dtype(word.dtype, fn, "dest", rmw_op)
     value = check_operand(fn, "value", 1 if op == "inc" else value if "value" in operands else 0, word.dtype)
     cond = check_operand(fn, "cond", cond if "cond" in operands else 0, word.dtype)
-    rt.heap.offset_of(word, fn, "dest")
+    rt.symmetric_offset(word, fn, "dest")
     if rt.on_gpu:
         from . import _gpu_ops
         return _gpu_ops.atomic(name, len(operands), fetch, word, cond, value, pe, stream, fn)

@@ -47,7 +47,7 @@ class Call:
     def _symmetric(self, arr, what: str) -> np.ndarray:
         data = as_ndarray(arr, self.fn, what)
         check_contiguous(self.fn, what, data)
-        self.rt.heap.offset_of(data, self.fn, what)
+        self.rt.symmetric_offset(data, self.fn, what)
         return data.reshape(-1)
 
     def keep(self, key: tuple, body) -> None:

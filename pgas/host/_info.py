@@ -6,7 +6,7 @@ import os
 
 from .. import __version__
 from ..core._backend import backend_name
-from ..core._env import VARIABLES, invalid_settings, setting
+from ..core._env import VARIABLES, invalid_settings, setting, unknown_settings
 from ..runtime._state import runtime
 
 __all__ = ["info"]  # main is the pgas-info entry point, not API
@@ -76,6 +76,8 @@ def main(argv=None) -> int:
 
 def _print_environment(bad: dict[str, str]) -> None:
     print("environment:")
+    for warning in unknown_settings().values():
+        print(f"  warning: {warning}")
     for var in VARIABLES.values():
         value = os.environ.get(var.name)
         shown = value if value is not None else f"{var.default} (default)" if var.default else "(unset)"

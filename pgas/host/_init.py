@@ -2,11 +2,13 @@
 the backend in use)."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..core import _job
 from ..core._backend import backend_name, gpu_usable
-from ..core._env import setting
+from ..core._env import setting, unknown_settings
 from ..core._errors import PgasError, PgasValueError
 from ..runtime import _failure, _state
 from ..runtime._allocator import HeapAllocator
@@ -80,12 +82,16 @@ def init(comm=None, *, mpi_comm=None, initializer_method=None, device=None) -> N
     size = setting("PGAS_SYMMETRIC_SIZE")
     debug, timeout = setting("PGAS_DEBUG"), setting("PGAS_TIMEOUT")
     boot = bootstrap(comm)
+    if boot.my_pe == 0 and not _job.under_pgasrun():   # pgasrun has said it, once for all PEs
+        for warning in unknown_settings().values():
+            print(f"pgas: warning: {warning}", file=sys.stderr)
     _job.record_segments()      # MPI is up: its shared-memory files exist now
     heap = heap_class(boot, size, timeout, device)
     try:
         rt = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
         rt.transports = Transports(boot, heap, timeout, on_nic_failure=_failure.end_job_for_nic)
-        rt.direct = None if heap.device_arrays else DirectCopies(heap)
+        # the fast path of small same-node put/get skips the argument checks of PGAS_DEBUG
+        rt.direct = None if heap.device_arrays or debug else DirectCopies(heap)
     except Exception:
         heap.close()
         raise

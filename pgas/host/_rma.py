@@ -49,7 +49,7 @@ def _put(fn: str, dest, src, pe, stream, nbi: bool) -> None:
     check_dtypes_match(fn, d, s)
     check_contiguous(fn, "dest", d)
     check_fits(fn, "dest", d, s.size, "put copies src.size elements")
-    rt.heap.offset_of(d, fn, "dest")
+    rt.symmetric_offset(d, fn, "dest")
     _copy(rt, pe, True, d, _contiguous_source(fn, s), s.size, stream, fn, nbi)
 
 
@@ -63,7 +63,7 @@ def _get(fn: str, dest, src, pe, stream, nbi: bool) -> None:
         raise PgasValueError(f"{fn}: dest must be writable, got a read-only numpy array")
     check_contiguous(fn, "src", s)
     check_fits(fn, "src", s, d.size, "get copies dest.size elements")
-    rt.heap.offset_of(s, fn, "src")
+    rt.symmetric_offset(s, fn, "src")
     _copy(rt, pe, False, s, d, d.size, stream, fn, nbi)
 
 

@@ -38,7 +38,7 @@ def _checked_signal(fn: str, signal, value, sig_op, pe):
     word = _signal_word(fn, signal)
     check_sig_op(fn, sig_op)
     value = check_operand(fn, "value", value, word.dtype, of="signal")
-    rt.heap.offset_of(word, fn, "signal")
+    rt.symmetric_offset(word, fn, "signal")
     return rt, pe, word, value
 
 
@@ -146,7 +146,7 @@ def signal_fetch(signal):
     fn = "pgas.signal_fetch"
     rt = runtime(fn)
     word = _signal_word(fn, signal)
-    rt.heap.offset_of(word, fn, "signal")
+    rt.symmetric_offset(word, fn, "signal")
     if rt.on_gpu:
         from . import _gpu_ops
         return _gpu_ops.signal_fetch(word, fn)
@@ -167,7 +167,7 @@ def signal_wait_until(signal, cmp, value, stream=None):
     rt = runtime(fn)
     word = _signal_word(fn, signal)
     check_cmp(fn, cmp)
-    rt.heap.offset_of(word, fn, "signal")
+    rt.symmetric_offset(word, fn, "signal")
     if rt.on_gpu:
         from . import _gpu_ops
         return _gpu_ops.signal_wait_until(word, cmp, value, stream, fn)

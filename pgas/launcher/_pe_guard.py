@@ -49,7 +49,9 @@ def _die_with_parent(sig: int) -> None:
 def _describe(status: int) -> str | None:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        return f"was killed by signal {sig} ({signal.Signals(sig).name})"
+        why = (": a bus error, which on pgas's heap means /dev/shm ran out of room (see df /dev/shm; docker: "
+               "--shm-size) or PGAS_SYMMETRIC_SIZE is larger than it can hold" if sig == signal.SIGBUS else "")
+        return f"was killed by signal {sig} ({signal.Signals(sig).name}){why}"
     code = os.WEXITSTATUS(status)
     return f"exited with status {code}" if code else None
 

@@ -28,7 +28,7 @@ import time
 
 from ..core import _job
 from ..core._backend import backend_name
-from ..core._env import invalid_settings
+from ..core._env import invalid_settings, unknown_settings
 from ..core._errors import PgasError
 from ..core._job import SHM_DIR, shm_prefix
 
@@ -307,6 +307,13 @@ def _interrupted(signum, _frame):
     raise _Interrupted(signum)
 
 
+def _ignore_further_signals() -> None:
+    """Once pgasrun is stopping the run, a second Ctrl-C (or SIGTERM, SIGHUP) changes
+    nothing: the stop escalates to SIGKILL by itself, and the run ends with one summary."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pgasrun`` command."""
     parser = _parser()
@@ -317,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         for message in bad.values():
             print(f"pgasrun: {message}", file=sys.stderr)
         return 2
+    for warning in unknown_settings().values():     # once, for all PEs
+        print(f"pgasrun: warning: {warning}", file=sys.stderr)
     try:
         backend = backend_name()  # says which backend once, for all PEs
         mpiexec = _mpiexec()
@@ -350,12 +359,13 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, _interrupted)
     try:
         code, message = _supervise(run, run_dir, args.timeout)
-    except _Interrupted as stop:
+    except (_Interrupted, KeyboardInterrupt) as stop:
+        _ignore_further_signals()
         run.stop()
-        code, message = 128 + stop.signum, f"stopped by {signal.Signals(stop.signum).name}; every PE was stopped"
-    except KeyboardInterrupt:
-        run.stop()
-        code, message = 130, "interrupted; every PE was stopped"
+        if isinstance(stop, _Interrupted):
+            code, message = 128 + stop.signum, f"stopped by {signal.Signals(stop.signum).name}; every PE was stopped"
+        else:
+            code, message = 130, "interrupted; every PE was stopped"
     finally:
         _sweep_shared_memory(job_id, run_dir, segments)
         shutil.rmtree(run_dir, ignore_errors=True)

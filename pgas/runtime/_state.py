@@ -7,7 +7,7 @@ import numpy as np
 
 from ..core._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
 from ..core._env import shown
-from ..core._errors import PgasConfigError, PgasError
+from ..core._errors import PgasConfigError, PgasError, PgasValueError
 from ..transport._direct import DirectCopies
 from ..transport._routing import Transports
 from ._allocator import HeapAllocator
@@ -107,6 +107,21 @@ class Runtime:
         self.collective_cache.pop(slot, None)
         self.eager_staging.pop(slot, None)
 
+
+    def symmetric_offset(self, data, fn: str, what: str) -> int:
+        """The heap offset of symmetric ``data`` (a PgasValueError naming ``fn`` and ``what``
+        if it is not in this PE's heap). Under PGAS_DEBUG, also one unless it lies inside
+        one live allocation: not freed, not past its end (catches use after free)."""
+        offset = self.heap.offset_of(data, fn, what)
+        if self.debug:
+            end = offset + data.nbytes
+            block = self.allocator.block_containing(offset)
+            if block is None or end > block[0] + block[1]:
+                where = ("is not inside any live symmetric array (freed, or never allocated)" if block is None else
+                         f"runs {end - block[0] - block[1]} bytes past the end of its symmetric array "
+                         f"({block[1]} bytes reserved at heap offset {block[0]})")
+                raise PgasValueError(f"{fn}: {what} (heap bytes [{offset}, {end})) {where}")
+        return offset
 
     @property
     def my_pe(self) -> int:

@@ -39,7 +39,19 @@ class SymmetricHeap:
     def _path(self, boot: Bootstrap, pe: int) -> str:
         return os.path.join(SHM_DIR, shm_prefix(boot.job_id) + f"pe{pe}")
 
+    def _check_room(self, boot: Bootstrap) -> None:
+        """The heap files are sparse: a full /dev/shm shows only when a page is first
+        touched, as a SIGBUS. So check first that the heaps of every PE on this machine fit."""
+        stat = os.statvfs(SHM_DIR)
+        free, needed = stat.f_bavail * stat.f_frsize, self.size * boot.pes_on_host
+        if needed > free:
+            raise PgasConfigError(
+                f"{shown('PGAS_SYMMETRIC_SIZE')}: the symmetric heaps of the {boot.pes_on_host} PEs on this machine "
+                f"need {needed} bytes of {SHM_DIR}, which has {free} free; give {SHM_DIR} more room (docker: "
+                f"--shm-size; a tmpfs: mount -o remount,size=...) or use a smaller PGAS_SYMMETRIC_SIZE")
+
     def _map_node(self, boot: Bootstrap, rollback: ExitStack) -> None:
+        self._check_room(boot)
         own = self._path(boot, boot.my_pe)
         try:
             fd = os.open(own, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)

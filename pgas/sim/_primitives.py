@@ -38,18 +38,6 @@ def runtime(fn: str) -> _runtime.Runtime:
     return _runtime.runtime(fn)
 
 
-def _check_allocated(rt: _runtime.Runtime, data: np.ndarray, fn: str, what: str) -> None:
-    """PGAS_DEBUG: ``data`` must lie inside one live allocation (not freed, not past its end)."""
-    offset = rt.heap.offset_of(data, fn, what)
-    end = offset + data.nbytes
-    block = rt.allocator.block_containing(offset)
-    if block is None or end > block[0] + block[1]:
-        where = ("is not inside any live symmetric array (freed, or never allocated)" if block is None else
-                 f"runs {end - block[0] - block[1]} bytes past the end of its symmetric array "
-                 f"({block[1]} bytes reserved at heap offset {block[0]})")
-        raise PgasValueError(f"{fn}: {what} (heap bytes [{offset}, {end})) {where}")
-
-
 def jit(function):
     """How a shared device helper is compiled: in the simulator it stays plain Python."""
     return function
@@ -107,10 +95,7 @@ def _symmetric(arr, fn: str, what: str) -> np.ndarray:
     """A symmetric kernel argument as this PE's numpy array (checked symmetric)."""
     rt = runtime(fn)
     data = as_ndarray(arr, fn, what)
-    if rt.debug:
-        _check_allocated(rt, data, fn, what)
-    else:
-        rt.heap.offset_of(data, fn, what)
+    rt.symmetric_offset(data, fn, what)
     return data
 
 

@@ -87,6 +87,34 @@ def check_use_after_free_in_a_kernel_names_function_argument_pe_and_thread():
     pgas.free(b)
 
 
+def check_host_calls_on_a_freed_array_are_refused_and_write_nothing():
+    """A host call into a freed array used to be accepted and overwrite the live array then
+    at that offset, on every target."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    right = (me + 1) % n
+    a = pgas.zeros(100, np.int64)
+    src = np.ones(100, np.int64)
+    pgas.free(a)
+    gone = r"\(heap bytes \[\d+, \d+\)\) is not inside any live symmetric array \(freed, or never allocated\)"
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.put: dest " + gone):
+        pgas.put(a, src, right)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.put_nbi: dest " + gone):
+        pgas.put_nbi(a, src, right)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.get: src " + gone):
+        pgas.get(src, a, right)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.atomic_add: dest " + gone):
+        pgas.atomic_add(a, 1, right)
+    b = pgas.zeros(10, np.int64)   # takes the freed space: a now runs past b's end
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.put: dest .* runs \d+ bytes past the end of its symmetric "
+                                                  r"array \(256 bytes reserved"):
+        pgas.put(a, src, right)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.reduce: dest .* runs \d+ bytes past the end"):
+        pgas.reduce(pgas.TEAM_WORLD, a, a)
+    pgas.barrier_all()
+    assert not b.copy_to_host().any()       # nothing reached the live array, here or on any PE
+    pgas.free(b)
+
+
 @simulator_only("PGAS_DEBUG's kernel checks and device wait timeouts are the simulator's (a GPU wait traps)")
 def check_pe_range_and_dtype_errors_name_the_pe_and_thread():
     me, n = pgas.my_pe(), pgas.n_pes()
