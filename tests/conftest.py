@@ -83,10 +83,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def pgasrun(n: int, *command: str, options=(), env=None, timeout: float = 240) -> subprocess.CompletedProcess:
-    """Run ``command`` on ``n`` PEs with pgasrun; returns the finished process (text output)."""
+def pgasrun(n: int, *command: str, options=(), env=None, timeout: float = 240, stdin=subprocess.DEVNULL,
+            input=None) -> subprocess.CompletedProcess:
+    """Run ``command`` on ``n`` PEs with pgasrun; returns the finished process (text output).
+    pgasrun's stdin: ``stdin`` (a file, default /dev/null), or a pipe carrying ``input``."""
     return subprocess.run([*PGASRUN, "-np", str(n), *options, *command], cwd=ROOT, env=pe_env(**(env or {})),
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout,
+                          **({"input": input} if input is not None else {"stdin": stdin}))
 
 
 def check_names(module: str) -> list[str]:

@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -106,7 +107,7 @@ pgas.init()
 try:
     pgas.empty(10 + pgas.my_pe(), np.float32)
 except pgas.PgasError as e:
-    assert "PEs disagree on a collective allocation" in str(e) and "PE 1:" in str(e), e
+    assert "PEs disagree on a collective call" in str(e) and "PE 1: pgas.empty (shape (11,)" in str(e), e
     print("caught")
 pgas.finalize()
 """
@@ -116,6 +117,32 @@ def test_debug_mode_catches_pes_that_disagree_on_an_allocation(tmp_path, clean_s
     proc = run_script(tmp_path, 2, DISAGREE, env={"PGAS_DEBUG": "1"})
     assert proc.returncode == 0, proc.stderr
     assert pe_lines(proc) == ["[0] caught", "[1] caught"]
+
+
+EXTRA_ALLOCATION = """
+import numpy as np
+import pgas
+pgas.init()
+a = pgas.zeros(4)
+if pgas.my_pe() == 2:
+    b = pgas.zeros(8)           # a collective allocation no other PE makes
+pgas.finalize()
+"""
+
+
+@pytest.mark.parametrize("debug", ["0", "1"])
+def test_an_allocation_one_pe_makes_alone_is_an_error_at_once_naming_the_pes_and_the_calls(tmp_path, clean_shm,
+                                                                                        debug):
+    # It used to show only as PGAS_TIMEOUT (300 s) later, as a barrier timeout that did
+    # not mention the allocation.
+    started = time.monotonic()
+    proc = run_script(tmp_path, 3, EXTRA_ALLOCATION, env={"PGAS_DEBUG": debug, "PGAS_TIMEOUT": "120"})
+    assert time.monotonic() - started < 60, "not reported promptly"
+    assert proc.returncode == 1, proc.stderr
+    assert "PEs disagree on a collective call" in proc.stderr, proc.stderr
+    assert "PEs 0, 1: pgas.finalize; PE 2: pgas.zeros" in proc.stderr, proc.stderr
+    if debug == "1":
+        assert "pgas.zeros (shape (8,), dtype <f8" in proc.stderr, proc.stderr
 
 
 STRESS = """

@@ -1,4 +1,5 @@
 """pgasrun: usage errors, configuration errors, output, timeouts, and the failure paths."""
+import glob
 import os
 import re
 import signal
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PGASRUN, ROOT, pe_env, pe_lines, pgasrun
+from conftest import PGASRUN, ROOT, pe_env, pe_lines, pgasrun, skip_without_remote_transport
 
 FAILING = """
 import os, sys, time
@@ -60,6 +61,36 @@ def test_a_pe_that_leaves_before_finalize_ends_the_run_and_is_named(tmp_path, cl
     assert elapsed < 20, f"the run took {elapsed:.1f} s to end"
 
 
+STOPPED = """
+import os, signal
+import numpy as np
+import pgas
+pgas.init()
+a = pgas.zeros(4)
+pgas.barrier_all()
+if pgas.my_pe() == 3:
+    os.kill(os.getpid(), signal.SIGSTOP)    # stops the PE and its NIC
+elif pgas.my_pe() == 0:
+    pgas.get(np.zeros(4), a, 3)             # PE 3 is on the other node: through the NIC
+pgas.barrier_all()
+pgas.finalize()
+"""
+
+
+def test_a_stopped_pe_is_named_as_where_the_waits_lead(tmp_path, clean_shm):
+    # It used to end blaming only the PE that timed out first ("waited for PE 0 to release
+    # the barrier"), PE 3 named nowhere.
+    skip_without_remote_transport()
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED)
+    proc = pgasrun(4, "python", str(script), options=["--pes-per-node", "2"], env={"PGAS_TIMEOUT": "4"})
+    assert proc.returncode == 1, proc.stderr
+    summary = [line for line in proc.stderr.splitlines() if line.startswith("pgasrun: PE")]
+    assert len(summary) == 1, proc.stderr
+    assert "the waits lead to PE 3, which is stopped (SIGSTOP or Ctrl-Z): " in summary[0], summary
+    assert "PE 0 (in pgas.get) waits for PE 3" in summary[0], summary
+
+
 def test_pes_that_all_skip_finalize_complete_with_a_note(tmp_path, clean_shm):
     script = tmp_path / "no_finalize.py"
     script.write_text("import pgas\npgas.init()\npgas.barrier_all()\nprint('done', pgas.my_pe())\n")
@@ -104,9 +135,10 @@ def test_sigterm_to_pgasrun_stops_every_pe(tmp_path, clean_shm):
 
 
 def test_a_second_ctrl_c_while_pgasrun_stops_the_run_changes_nothing(tmp_path, clean_shm):
-    """The PEs ignore SIGTERM, so stopping them takes pgasrun's grace period; a second
-    SIGINT then used to print a KeyboardInterrupt traceback instead of the summary."""
+    """The PEs ignore SIGTERM, so stopping them takes pgasrun's grace period (and SIGKILL);
+    a second SIGINT then used to print a KeyboardInterrupt traceback instead of the summary."""
     script = tmp_path / "stubborn.py"
+    hydra_files = set(glob.glob("/tmp/hydra_hwloc_xmlfile_*"))
     proc = start_pgasrun(script, "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + HANGS)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.5)
@@ -116,6 +148,8 @@ def test_a_second_ctrl_c_while_pgasrun_stops_the_run_changes_nothing(tmp_path, c
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert stderr.count("pgasrun: interrupted; every PE was stopped") == 1, stderr
     assert not [p for p in running_command_lines() if str(script) in p]
+    # Hydra's proxy, killed, used to leave its topology file behind
+    assert not set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - hydra_files
 
 
 def running_command_lines() -> list[str]:
@@ -180,6 +214,73 @@ def test_output_lines_of_pes_never_glue_even_unbuffered(tmp_path, clean_shm, tag
         assert not bad, bad[:5]
         if tagged:
             assert all(re.fullmatch(r"\[(\d)\] PE \1 .*", line) for line in lines)
+
+
+LONG_LINES = """
+import sys, pgas
+pgas.init()
+me = pgas.my_pe()
+for length in (4095, 4096, 4097, 10000, 100000, 1 << 20):
+    for stream in (sys.stdout, sys.stderr):
+        stream.write(str(me) * length + "\\n")
+    print("short", me)
+pgas.finalize()
+"""
+
+
+@pytest.mark.parametrize("tagged", [False, True], ids=["plain", "tagged"])
+def test_long_lines_of_pes_never_glue(tmp_path, clean_shm, tagged):
+    # Lines longer than 4096 bytes used to run together (1 MiB: 2-4 of 12 whole).
+    script = tmp_path / "long_lines.py"
+    script.write_text(LONG_LINES)
+    proc = pgasrun(4, "python", str(script), options=["--tag-output"] if tagged else [],
+                   env={"PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tag = r"\[(\d)\] " if tagged else ""
+    for stream in (proc.stdout, proc.stderr):
+        lines = [line for line in stream.splitlines() if not line.startswith("pgas: using")]
+        long = [line for line in lines if "short" not in line]
+        assert sorted(len(line) for line in long) == sorted(
+            (len("[0] ") if tagged else 0) + n for n in (4095, 4096, 4097, 10000, 100000, 1 << 20) for _ in range(4))
+        for line in long:
+            body = re.sub(tag, "", line, count=1) if tagged else line
+            assert len(set(body)) == 1, f"a line of {len(line)} bytes holds more than one PE's output"
+            if tagged:
+                assert line.startswith(f"[{body[0]}] ")
+    shorts = [line for line in proc.stdout.splitlines() if "short" in line]
+    assert len(shorts) == 24 and all(re.fullmatch(tag + r"short \d", line) for line in shorts), shorts[:5]
+
+
+STDIN = """
+import hashlib, sys, pgas
+pgas.init()
+data = sys.stdin.buffer.read()      # PE 0: pgasrun's stdin; the others: at once, nothing
+print(pgas.my_pe(), len(data), hashlib.sha256(data).hexdigest())
+pgas.finalize()
+"""
+
+
+@pytest.mark.parametrize("how", ["file", "pipe"])
+def test_pe_0_reads_all_of_pgasruns_stdin_and_the_others_read_nothing(tmp_path, clean_shm, how):
+    # The other PEs used to get a pipe that never closed (a read blocked for ever), and 100 KB
+    # on stdin failed with Hydra's "process reading stdin too slowly".
+    import hashlib
+    script = tmp_path / "stdin.py"
+    script.write_text(STDIN)
+    data = bytes(range(256)) * (12 << 10)          # 3 MiB
+    path = tmp_path / "input.bin"
+    path.write_bytes(data)
+    with open(path, "rb") as source:
+        if how == "file":
+            proc = pgasrun(3, "python", str(script), stdin=source, timeout=120)
+        else:
+            proc = subprocess.run([*PGASRUN, "-np", "3", "python", str(script)], cwd=ROOT, env=pe_env(),
+                                  input=data, capture_output=True, timeout=120)
+            proc.stdout, proc.stderr = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0, proc.stderr
+    empty = hashlib.sha256(b"").hexdigest()
+    assert sorted(proc.stdout.splitlines()) == [f"0 {len(data)} {hashlib.sha256(data).hexdigest()}",
+                                               f"1 0 {empty}", f"2 0 {empty}"]
 
 
 def test_pgasrun_help_and_bad_settings_are_one_line_each():
@@ -273,6 +374,7 @@ def test_cleanup_spares_other_jobs_shared_memory(tmp_path, clean_shm):
 
 def test_kill_9_of_pgasrun_ends_every_pe(tmp_path, clean_shm):
     script = tmp_path / "orphan.py"
+    hydra_files = set(glob.glob("/tmp/hydra_hwloc_xmlfile_*"))
     proc = start_pgasrun(script, HANGS)
     proc.kill()
     proc.wait()
@@ -281,6 +383,7 @@ def test_kill_9_of_pgasrun_ends_every_pe(tmp_path, clean_shm):
         time.sleep(0.1)
     assert not [p for p in running_command_lines() if str(script) in p], "PEs outlived pgasrun"
     time.sleep(0.5)     # the guards clean up after their PEs
+    assert not set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - hydra_files, "Hydra's topology file left behind"
 
 
 @pytest.mark.parametrize("command", [["--", "python"], ["python3"]], ids=["double-dash", "bare-python3"])

@@ -22,11 +22,12 @@ import glob
 import json
 import math
 import os
+import socket
 import threading
 import time
 
 __all__ = ["under_pgasrun", "mapped_segments", "record_segments", "recorded_segments", "record_failure", "failures",
-           "mark_live", "mark_finalized", "record_departure", "live", "departed", "Heartbeat", "waiters",
+           "mark_live", "mark_finalized", "record_departure", "live", "live_processes", "departed", "Heartbeat", "waiters",
            "HEARTBEAT_FRESH_S", "SHM_DIR", "shm_prefix"]
 
 SHM_DIR = "/dev/shm"
@@ -137,8 +138,8 @@ def recorded_segments(run_dir: str) -> set[str]:
 # Leaving before finalize -----------------------------------------------------------
 
 def mark_live() -> None:
-    """This PE called ``pgas.init``."""
-    _write(f"live-pe{_pe()}", "")
+    """This PE called ``pgas.init`` (the file holds its process id and host)."""
+    _write(f"live-pe{_pe()}", json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
 
 
 def mark_finalized() -> None:
@@ -162,6 +163,19 @@ def live(run_dir: str) -> list[int]:
     return sorted(pe for pe, _ in _pes_with(run_dir, "live-pe"))
 
 
+def live_processes(run_dir: str) -> dict[int, tuple[int, str]]:
+    """PE -> (process id, host) of the live PEs."""
+    found = {}
+    for pe, path in _pes_with(run_dir, "live-pe"):
+        try:
+            with open(path) as record:
+                fields = json.load(record)
+            found[pe] = (int(fields["pid"]), fields["host"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return found
+
+
 def departed(run_dir: str) -> list[int]:
     """The PEs that ended before ``pgas.finalize``."""
     return sorted(pe for pe, _ in _pes_with(run_dir, "left-pe"))
@@ -171,31 +185,36 @@ def departed(run_dir: str) -> list[int]:
 
 class Heartbeat:
     """Tells pgasrun that a wait in pgas call ``fn``, begun at ``started`` (monotonic), goes
-    on. Wait loops compare ``time.monotonic()`` with ``due`` (one comparison per turn, so
-    hot loops pay nothing) and call ``beat`` when it has come: after HEARTBEAT_AFTER_S,
-    then every HEARTBEAT_EVERY_S. Outside pgasrun it is never due."""
+    on, and which PEs it waits for (``waits_for()``, a list; None: not one PE in particular,
+    e.g. a signal any PE may set). Wait loops compare ``time.monotonic()`` with ``due`` (one
+    comparison per turn, so hot loops pay nothing) and call ``beat`` when it has come: after
+    HEARTBEAT_AFTER_S, then every HEARTBEAT_EVERY_S. Outside pgasrun it is never due."""
 
-    __slots__ = ("fn", "due")
+    __slots__ = ("fn", "due", "waits_for")
 
-    def __init__(self, fn: str, started: float):
+    def __init__(self, fn: str, started: float, waits_for=None):
         self.fn = fn
+        self.waits_for = waits_for
         self.due = started + HEARTBEAT_AFTER_S if _UNDER_PGASRUN else math.inf
 
     def beat(self, now: float) -> None:
         self.due = now + HEARTBEAT_EVERY_S
-        _write(f"waiting-pe{_pe()}", self.fn)
+        pes = [int(pe) for pe in self.waits_for()] if self.waits_for is not None else []
+        _write(f"waiting-pe{_pe()}", json.dumps({"fn": self.fn, "for": pes}))
 
 
-def waiters(run_dir: str) -> dict[int, str]:
-    """PE -> the pgas call it is blocked in now (heartbeats of the last HEARTBEAT_FRESH_S)."""
+def waiters(run_dir: str) -> dict[int, tuple[str, list[int]]]:
+    """PE -> (the pgas call it is blocked in now, the PEs it waits for), from the
+    heartbeats of the last HEARTBEAT_FRESH_S."""
     now = time.time()
     found = {}
     for pe, path in _pes_with(run_dir, "waiting-pe"):
         try:
             if now - os.path.getmtime(path) < HEARTBEAT_FRESH_S:
                 with open(path) as record:
-                    found[pe] = record.read()
-        except OSError:
+                    fields = json.load(record)
+                found[pe] = (fields["fn"], [int(p) for p in fields["for"]])
+        except (OSError, ValueError, KeyError):
             continue
     return found
 

@@ -42,13 +42,14 @@ class Wait:
     rather than sleeping (``time.sleep(0)`` releases the GIL, which simulated threads
     need, but costs the kernel's timer slack, about 50 us). Host waits spin first.
     ``backoff_s``: sleeps then grow exponentially up to that long (waits for the NIC).
+    ``waits_for()``: the PEs the wait needs, if known (``_job.Heartbeat``).
     """
 
-    def __init__(self, fn: str, timeout: float, spin_s: float = 0.0, backoff_s: float = 0.0):
+    def __init__(self, fn: str, timeout: float, spin_s: float = 0.0, backoff_s: float = 0.0, waits_for=None):
         self.fn = fn
         self.timeout = timeout
         now = time.monotonic()
-        self.heartbeat = _job.Heartbeat(fn, now)     # pgasrun ends the run if a PE it needs is gone
+        self.heartbeat = _job.Heartbeat(fn, now, waits_for)   # pgasrun ends the run if a PE it needs is gone
         self.deadline = now + timeout
         self.spin_until = now + spin_s
         self.backoff_s = backoff_s      # > 0: sleeps grow from a yield up to this long
@@ -84,16 +85,16 @@ def wait_for_value(fn: str, load, what: str, cmp, value, timeout: float):
         clock.pause(lambda: value_waited_for(what, cmp, value, seen))
 
 
-def sleep_until(fn: str, timeout: float, done, waiting_for, check_alive, block) -> None:
+def sleep_until(fn: str, timeout: float, done, waiting_for, check_alive, block, waits_for=None) -> None:
     """Sleep until ``done()``: ``block(seconds)`` sleeps until whoever writes completions
     wakes this thread (no polling), or the seconds pass. PgasTimeoutError naming
     ``waiting_for()`` after ``timeout`` seconds; ``check_alive(fn)`` raises if whoever
-    completes has failed (a NIC thread)."""
+    completes has failed (a NIC thread). ``waits_for()``: the PEs whose answers it waits for."""
     if done():
         return
     started = time.monotonic()
     deadline = started + timeout
-    heartbeat = _job.Heartbeat(fn, started)
+    heartbeat = _job.Heartbeat(fn, started, waits_for)
     while not done():
         check_alive(fn)
         now = time.monotonic()

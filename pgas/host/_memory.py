@@ -67,16 +67,6 @@ def _symmetric_dtype(dtype, fn: str) -> np.dtype:
     return dtype
 
 
-def _check_agreement(rt: Runtime, fn: str, record: tuple) -> None:
-    """PGAS_DEBUG: every PE must have made the same allocation call."""
-    records = rt.boot.comm.allgather(record)
-    if any(r != records[0] for r in records):
-        lines = "; ".join(f"PE {pe}: {r}" for pe, r in enumerate(records))
-        raise PgasError(
-            f"{fn}: PEs disagree on a collective allocation (every PE must call it with the same "
-            f"arguments in the same order): {lines}")
-
-
 _ZERO_BYTES = object()   # the fill of ``zeros``: every byte 0, whatever the dtype ('S4', structured)
 
 
@@ -88,16 +78,16 @@ def _allocate(fn: str, shape, dtype, fill=None):
         fill = _fill_value(fill, dims, dtype, fn)
     nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
     offset = rt.allocator.allocate(nbytes)
-    if rt.debug:
-        try:
-            _check_agreement(rt, fn, ("offset", offset, "shape", dims, "dtype", dtype.str))
-        except PgasError:
-            rt.allocator.release(offset)
-            raise
     view = rt.heap.array_at(offset, dims, dtype)
     if fill is not None:
         _fill(rt, view, offset, nbytes, fill, fn)
-    wait_all(rt.boot.comm, fn)  # no PE writes into a peer's copy before the peer has it
+    # PGAS_DEBUG: every PE's call must match, arguments and place in the heap too
+    record = f"shape {dims}, dtype {dtype.str}, heap offset {offset}" if rt.debug else None
+    try:
+        wait_all(rt.boot.comm, fn, record=record)  # no PE writes into a peer's copy before the peer has it
+    except PgasError:
+        rt.allocator.release(offset)
+        raise
     return _device_array(view)
 
 
@@ -175,12 +165,11 @@ def free(a) -> None:
                   "nothing freed", file=sys.stderr, flush=True)
         return
     offset = _symmetric_block(rt, data, "pgas.free")
-    if rt.debug:
-        _check_agreement(rt, "pgas.free", ("offset", offset))
     if rt.on_gpu:   # this PE's kernels and copies are done with it
         from numba import cuda
         cuda.synchronize()
-    wait_all(rt.boot.comm, "pgas.free")  # nobody may still be writing into it
+    record = f"heap offset {offset}" if rt.debug else None
+    wait_all(rt.boot.comm, "pgas.free", record=record)  # nobody may still be writing into it
     rt.allocator.release(offset)
 
 

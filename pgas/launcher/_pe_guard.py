@@ -5,9 +5,11 @@ pgasrun starts ``python -m pgas.launcher._pe_guard CMD...`` through mpiexec. The
 child execs CMD (keeping the MPI process manager's environment and descriptors, except
 that its stdout and stderr are pipes to the guard); the guard:
 
-- writes the child's output to its own stdout/stderr whole lines at a time, so that lines
-  of different PEs never glue together, even when the program writes a line in pieces
+- writes the child's output to its own stdout/stderr whole lines at a time, as records
+  pgasrun puts together again (``_output``), so that lines of different PEs never glue
+  together, at any length, even when the program writes a line in pieces
   (``PYTHONUNBUFFERED=1``); with ``PGAS_TAG_OUTPUT=1`` each line starts with ``[PE] ``;
+- gives the child pgasrun's stdin on PE 0 (``_stdin``), /dev/null on the others;
 - records, for pgasrun (``pgas.core._job``), a child that raised, exited non-zero or was
   killed, with its exit status, and a child that exited 0 between ``pgas.init`` and
   ``pgas.finalize``;
@@ -19,6 +21,7 @@ A guard that is itself being stopped forwards the signal and records nothing.
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import selectors
 import shutil
@@ -28,10 +31,11 @@ import sys
 import time
 
 from ..core import _job
+from ._output import frame, write_all
+from ._stdin import give_child_stdin
 
 _PR_SET_PDEATHSIG = 1
 _PARTIAL_LINE_S = 0.5       # a line without its newline yet is written after this long
-_MAX_WRITE = 4096           # at most PIPE_BUF per write: atomic against the other PEs' writes
 _STOP_GRACE_S = 2.0
 _DRAIN_S = 0.5              # after the child exits, output its descendants still write
 
@@ -63,8 +67,9 @@ def _exit_code(status: int) -> int:
 class _LineWriter:
     """Collects one output stream of the child and writes it out whole lines at a time."""
 
-    def __init__(self, fd: int, tag: bytes):
+    def __init__(self, fd: int, pe: int, tag: bytes):
         self.fd = fd
+        self.pe = pe
         self.tag = tag
         self.pending = b""
         self.since = 0.0            # when the pending partial line began
@@ -92,24 +97,12 @@ class _LineWriter:
             tagged = [(self.tag if i or self.at_line_start else b"") + line for i, line in enumerate(lines)]
             data = b"".join(tagged)
         self.at_line_start = data.endswith(b"\n")
-        chunk = b""
-        for line in data.splitlines(keepends=True):
-            if chunk and len(chunk) + len(line) > _MAX_WRITE:
-                self._put(chunk)
-                chunk = b""
-            chunk += line
-        self._put(chunk)
-
-    def _put(self, data: bytes) -> None:
-        try:
-            while data:
-                data = data[os.write(self.fd, data):]
-        except OSError:
-            pass    # nobody reads any more (mpiexec is gone): drop the output
+        for record in frame(self.pe, data):
+            write_all(self.fd, record)      # dropped when nobody reads any more (mpiexec is gone)
 
 
-def _start_child(argv: list[str]) -> tuple[int, int, int]:
-    """Fork and exec ``argv``; (pid, read end of its stdout, read end of its stderr)."""
+def _start_child(argv: list[str], pe: int) -> tuple[int, int, int]:
+    """Fork and exec ``argv`` as PE ``pe``; (pid, read end of its stdout, read end of its stderr)."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     child = os.fork()
@@ -120,6 +113,7 @@ def _start_child(argv: list[str]) -> tuple[int, int, int]:
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
         try:
+            give_child_stdin(pe)
             os.execvp(argv[0], argv)
         except OSError as exc:
             os.write(2, f"pgasrun: cannot run {argv[0]!r}: {exc.strerror}\n".encode())
@@ -158,10 +152,24 @@ def _stop_child(child: int) -> None:
             time.sleep(0.02)
 
 
+def _hydra_topology_files(pid: int) -> set[str]:
+    """The topology file(s) Hydra's proxy ``pid`` holds open for the run (in /tmp)."""
+    found = set()
+    for fd in glob.glob(f"/proc/{pid}/fd/*"):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("/tmp/hydra_hwloc_xmlfile_"):
+            found.add(target)
+    return found
+
+
 def _end_orphaned_run(child: int) -> None:
     """pgasrun is gone: stop the child and clean up what pgasrun would have: MPICH's
-    shared-memory files the child mapped, and the run's directory."""
-    segments = _job.mapped_segments(child)
+    shared-memory files the child mapped, Hydra's topology file its proxy (this guard's
+    parent) holds, and the run's directory."""
+    segments = _job.mapped_segments(child) | _hydra_topology_files(os.getppid())
     _stop_child(child)
     for path in segments:
         try:
@@ -179,14 +187,14 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _run(child: int, out_r: int, err_r: int) -> int:
+def _run(child: int, pe: int, out_r: int, err_r: int) -> int:
     """Pass the child's output on until it has exited; its wait status.
 
     The loop sleeps until something happens (output, the child's end, pgasrun's end):
     periodic wake-ups of the guards, even ten a second, slowed the PEs they share the
     cores with by 1.7x (a host collective suite on 4 PEs, 2 cores)."""
-    tag = f"[{os.environ.get('PMI_RANK', '?')}] ".encode() if os.environ.get("PGAS_TAG_OUTPUT") == "1" else b""
-    writers = {out_r: _LineWriter(1, tag), err_r: _LineWriter(2, tag)}
+    tag = f"[{pe}] ".encode() if os.environ.get("PGAS_TAG_OUTPUT") == "1" else b""
+    writers = {out_r: _LineWriter(1, pe, tag), err_r: _LineWriter(2, pe, tag)}
     selector = selectors.DefaultSelector()
     for fd in writers:
         selector.register(fd, selectors.EVENT_READ)
@@ -242,7 +250,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m pgas.launcher._pe_guard CMD [ARGS...]", file=sys.stderr)
         return 2
     _die_with_parent(signal.SIGTERM)        # Hydra's proxy gone: stop as when told to
-    child, out_r, err_r = _start_child(argv)
+    pe = int(os.environ.get("PMI_RANK", "0"))
+    child, out_r, err_r = _start_child(argv, pe)
 
     def forward(signum, _frame):
         global _stopping
@@ -254,7 +263,7 @@ def main(argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    status = _run(child, out_r, err_r)
+    status = _run(child, pe, out_r, err_r)
     how = _describe(status)
     if _stopping:
         pass

@@ -31,6 +31,8 @@ from ..core._backend import backend_name
 from ..core._env import invalid_settings, unknown_settings
 from ..core._errors import PgasError
 from ..core._job import SHM_DIR, shm_prefix
+from ._output import Relay
+from ._stdin import FIFO_VARIABLE, Pump
 
 __all__ = ["main"]
 
@@ -91,8 +93,13 @@ def _mpiexec() -> str:
     return found
 
 
+# Files MPICH and Hydra make for a run and remove when it ends normally: MPICH's shared
+# memory, and the topology Hydra's proxy writes (always in /tmp) and holds open for the run.
+_MPI_FILES = (os.path.join(SHM_DIR, "mpich_shm_*"), "/tmp/hydra_hwloc_xmlfile_*")
+
+
 def _mpich_segments() -> set[str]:
-    return set(glob.glob(os.path.join(SHM_DIR, "mpich_shm_*")))
+    return set().union(*(glob.glob(pattern) for pattern in _MPI_FILES))
 
 
 def _in_use(paths: set[str], pids) -> set[str]:
@@ -111,9 +118,10 @@ def _in_use(paths: set[str], pids) -> set[str]:
 
 
 class _SegmentWatch:
-    """MPICH's shared-memory files that this run's processes created: MPICH names them
-    ``mpich_shm_<random>``, so a file is this run's when one of its processes maps or holds
-    it while it exists. Files of other jobs (or users) are never this run's."""
+    """The files of ``_MPI_FILES`` this run's processes created (MPICH's shared memory,
+    Hydra's topology file): their names are random, so a file is this run's when one of
+    its processes maps or holds it while it exists. Files of other jobs (or users) are
+    never this run's; a killed run's are removed with the run."""
 
     LOOKS = 10      # a new file no process of the run uses after this many looks is not ours
 
@@ -244,7 +252,7 @@ def _pe_list(pes: list[int]) -> str:
 def _stranded(run_dir: str) -> str | None:
     """What is wrong when a PE left before pgas.finalize while others wait in pgas calls."""
     left = _job.departed(run_dir)
-    waiting = {pe: fn for pe, fn in _job.waiters(run_dir).items() if pe not in left}
+    waiting = {pe: fn for pe, (fn, _) in _job.waiters(run_dir).items() if pe not in left}
     if not left or not waiting:
         return None
     by_call: dict[str, list[int]] = {}
@@ -255,13 +263,64 @@ def _stranded(run_dir: str) -> str | None:
     return f"{_pe_list(left)} {verb} (status 0) before pgas.finalize while {' and '.join(waits)}"
 
 
+_PROCESS_STATES = {"T": "is stopped (SIGSTOP or Ctrl-Z)", "t": "is stopped by a debugger",
+                   "Z": "has ended", "X": "has ended", "D": "is blocked in the kernel (uninterruptible sleep)"}
+
+
+def _state_of(pe: int, processes: dict[int, tuple[int, str]]) -> str:
+    """How PE ``pe``'s process is, as far as this host can see."""
+    pid, host = processes.get(pe, (None, None))
+    if pid is None:
+        return "is not in a pgas call"
+    if host != socket.gethostname():
+        return f"is not in a pgas call (on host {host})"
+    fields = _stat_fields(f"/proc/{pid}/stat")
+    if not fields:
+        return "has ended"
+    return _PROCESS_STATES.get(fields[0], "is running but not in a pgas call")
+
+
+def _where_waits_lead(run_dir: str, pe: int) -> str | None:
+    """Follow the heartbeats from PE ``pe`` (who waits in which call for whom) to the PEs
+    that hold everyone up: those the chain of waits reaches that are not waiting in a pgas
+    call themselves (stopped, busy, or blocked elsewhere). A sentence naming them and the
+    chain, or None when ``pe`` was not waiting for other PEs."""
+    waits = _job.waiters(run_dir)
+    if not waits.get(pe, ("", []))[1]:
+        return None
+    processes = _job.live_processes(run_dir)
+    reached_from = {pe: None}
+    frontier, ends = [pe], []
+    while frontier:
+        waiter = frontier.pop(0)
+        for other in waits[waiter][1]:
+            if other in reached_from:
+                continue
+            reached_from[other] = waiter
+            (frontier if other in waits else ends).append(other)
+    if not ends:
+        return None     # the waits go round in a circle: the timeout message says it all
+    sentences = []
+    for end in ends:
+        chain, at = [], reached_from[end]
+        while at is not None:
+            chain.append(f"PE {at} (in {waits[at][0]})")
+            at = reached_from[at]
+        sentences.append(f"PE {end}, which {_state_of(end, processes)}: "
+                         f"{' waits for '.join(reversed(chain))} waits for PE {end}")
+    return "the waits lead to " + "; and to ".join(sentences)
+
+
 def _supervise(run: _RunProcesses, run_dir: str, timeout: float | None) -> tuple[int, str | None]:
     """Wait for the run; stop it at the first failure, at a PE that left the others
     waiting, or at the timeout. (exit status, message)"""
     deadline = None if timeout is None else time.monotonic() + timeout
+    cause = (None, None)    # (failed PE, where its waits lead)
     while run.proc.poll() is None:
         run.look()
-        if _job.failures(run_dir):
+        failed = _job.failures(run_dir)
+        if failed:
+            cause = failed[0][1], _where_waits_lead(run_dir, failed[0][1])  # before the stop ends the heartbeats
             time.sleep(0.2)  # let the PE's own abort finish its report
             run.stop()
             break
@@ -279,7 +338,8 @@ def _supervise(run: _RunProcesses, run_dir: str, timeout: float | None) -> tuple
         _, pe, how, pe_code = failures[0]
         others = len(failures) - 1
         extra = f" ({others} more PE{'s' if others > 1 else ''} failed after it)" if others else ""
-        return pe_code or 1, f"PE {pe} {how}; the other PEs were stopped{extra}"
+        because = f"; {cause[1]}" if cause[1] and cause[0] == pe else ""
+        return pe_code or 1, f"PE {pe} {how}; the other PEs were stopped{extra}{because}"
     left = _job.departed(run_dir)
     # MPI itself ended the others (a PE that skipped MPI's finalize), whatever mpiexec says
     if left and (code != 0 or set(_job.live(run_dir)) - set(left)):
@@ -351,8 +411,16 @@ def main(argv: list[str] | None = None) -> int:
     one_host = not (args.hosts or args.hostfile)
     # On this host each PE's guard ends its PE (and cleans up) when pgasrun is gone; on other
     # hosts mpiexec must end the PEs, so it gets SIGTERM when pgasrun dies.
+    if one_host:
+        env[FIFO_VARIABLE] = Pump(run_dir).path     # PE 0 runs here: it reads stdin from pgasrun
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
     proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                            stdin=subprocess.DEVNULL if one_host else None, stdout=out_w, stderr=err_w,
                             preexec_fn=None if one_host else _end_with_pgasrun)
+    os.close(out_w)
+    os.close(err_w)
+    relay = Relay(out_r, err_r)         # the PEs' output, whole lines at any length
     run = _RunProcesses(proc, segments)
     # The PEs run in their own session: a SIGTERM or SIGHUP for pgasrun must reach them too.
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -367,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             code, message = 130, "interrupted; every PE was stopped"
     finally:
+        relay.join(STOP_GRACE_S)        # the PEs' last words before pgasrun's own
         _sweep_shared_memory(job_id, run_dir, segments)
         shutil.rmtree(run_dir, ignore_errors=True)
     if code != 0:

@@ -114,7 +114,7 @@ class Ibgda:
         clock = None
         while (posted := self._code.post(queue.address, kind, opcode, raddr, rkey, lkey, laddr, nbytes,
                                          *operands, int(waited))) < 0:   # no room: never overwrite
-            clock = clock or Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S)
+            clock = clock or Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S, waits_for=lambda: [pe])
             self._poll(queue)       # completions free blocks
             self.nic.check_alive(fn)
             clock.pause(lambda: f"room in the send queue to PE {pe} ({queue.qp.depth} basic blocks in flight)")
@@ -161,7 +161,7 @@ class Ibgda:
                 heapq.heappush(queue.sleepers, (floor, next(self._sleeper_ids), event))
             if not done():      # re-read after registering: a completion in between is not missed
                 event.wait(seconds)
-        sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block)
+        sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block, lambda: [queue.peer])
 
     def _completed(self, queue: DeviceQueue) -> None:
         """From the NIC thread, after it wrote CQEs of ``queue``: wake the threads whose

@@ -113,7 +113,8 @@ class Proxy:
         """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""
         slot = self.ring[ticket % CAPACITY]
         self._sleep_until(fn, lambda: slot["state"] == _DONE,
-                          lambda: f"the NIC to complete the {OP_NAMES[int(slot['op'])]} to PE {int(slot['pe'])}")
+                          lambda: f"the NIC to complete the {OP_NAMES[int(slot['op'])]} to PE {int(slot['pe'])}",
+                          lambda: [int(slot["pe"])])
         syndrome, result = int(slot["syndrome"]), int(slot["result"])
         message = self._describe(fn, slot) if syndrome else None
         slot["waited"] = 0          # the slot may be reused
@@ -127,16 +128,18 @@ class Proxy:
         target = self._next
         self._sleep_until(fn, lambda: self._completed >= target,
                           lambda: f"the proxy to complete {target - self._completed} outstanding "
-                                  "operations to PEs on other nodes")
+                                  "operations to PEs on other nodes",
+                          lambda: sorted({int(self.ring[t % CAPACITY]["pe"]) for t in range(self._completed, target)}))
         self.raise_failures(fn)
 
-    def _sleep_until(self, fn: str, done, waiting_for) -> None:
-        """Sleep until ``done()`` (the proxy wakes its waiters after completions land)."""
+    def _sleep_until(self, fn: str, done, waiting_for, waits_for) -> None:
+        """Sleep until ``done()`` (the proxy wakes its waiters after completions land);
+        ``waits_for()``: the PEs of the requests waited for."""
         def block(seconds):
             with self._completion:      # checked under the lock the proxy notifies with: no lost wake-up
                 if not done():
                     self._completion.wait(seconds)
-        sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block)
+        sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block, waits_for)
 
     def raise_failures(self, fn: str) -> None:
         """Raise (and forget) the first failure of a completed request nobody waited for."""
