@@ -23,6 +23,7 @@ from pgas.runtime._arrays import as_ndarray
 
 NBYTES = int(sys.argv[1])
 IN_KERNELS = sys.argv[2] == "1"     # also device put and get (the same Transports.copy, from a kernel)
+NBI = sys.argv[3] == "1"            # the host calls as put_signal_nbi and get_nbi, completed by quiet
 CHUNK = 64 << 20
 TILE = np.resize(np.arange(251, dtype=np.uint8), CHUNK + 251)
 
@@ -52,14 +53,29 @@ def device_put(dest, src, pe):
     dev.put(dest, src, pe)
 
 
+def host_get(local, sym, pe):
+    if NBI:
+        pgas.get_nbi(local, sym, pe)
+        pgas.quiet()
+    else:
+        pgas.get(local, sym, pe)
+
+
 pgas.init()
 me, peer = pgas.my_pe(), 1 - pgas.my_pe()
 sym = pgas.empty(NBYTES, np.uint8)
+signal = pgas.zeros(1, np.uint64)
 mine = as_ndarray(sym, "test", "sym")
 if me == 0:
     local = np.empty(NBYTES, np.uint8)
     fill(local)
-    pgas.put(sym, local, peer)             # host put: into PE 1, on the other node
+    if NBI:                                # the signal is set once every byte has landed
+        pgas.put_signal_nbi(sym, local, signal, 7, pgas.SIGNAL_SET, peer)
+        pgas.quiet()
+    else:
+        pgas.put(sym, local, peer)         # host put: into PE 1, on the other node
+elif NBI:
+    pgas.signal_wait_until(signal, pgas.CMP_EQ, 7)
 pgas.barrier_all()
 if me == 1:
     print(f"put: first wrong byte {first_wrong(mine)}", flush=True)
@@ -68,7 +84,7 @@ if me == 1:
 pgas.barrier_all()
 if me == 0 and IN_KERNELS:
     local[:] = 0
-    pgas.get(local, sym, peer)             # host get: out of PE 1 (all zeros now)
+    host_get(local, sym, peer)             # host get: out of PE 1 (all zeros now)
     print(f"get: zeros {not local.any()}", flush=True)
     fill(mine)
     device_put[1, 1](sym, sym, peer)       # the same paths in a kernel
@@ -79,22 +95,24 @@ if me == 0:
         device_get[1, 1](sym, sym, peer)
         print(f"device put and get: first wrong byte {first_wrong(mine)}", flush=True)
     local[:] = 0
-    pgas.get(local, sym, peer)             # host get: out of PE 1
+    host_get(local, sym, peer)             # host get: out of PE 1
     print(f"get: first wrong byte {first_wrong(local)}", flush=True)
 pgas.barrier_all()
 pgas.finalize()
 """
 
 
-# The proxy runs the host calls only (its requests come from the same Transports.copy), to
-# keep the suite short.
-@pytest.mark.parametrize("transport,in_kernels", [("ibgda", True), ("proxy", False)], ids=["ibgda", "proxy"])
-def test_a_put_and_a_get_above_2_gib_arrive_whole_across_nodes(tmp_path, clean_shm, transport, in_kernels):
+# The proxy runs the host calls only, as put_signal_nbi and get_nbi (every form's requests
+# come from the same Transports.copy), to keep the suite short.
+@pytest.mark.parametrize("transport,in_kernels,nbi", [("ibgda", True, False), ("proxy", False, True)],
+                         ids=["ibgda", "proxy"])
+def test_a_put_and_a_get_above_2_gib_arrive_whole_across_nodes(tmp_path, clean_shm, transport, in_kernels, nbi):
     skip_without_remote_transport()
     nbytes = 2 * (1 << 30) + 8                  # two full pieces and 8 bytes
     script = tmp_path / "large.py"
     script.write_text(LARGE)
-    proc = pgasrun(2, "python", str(script), str(nbytes), "1" if in_kernels else "0", options=("--pes-per-node", "1"),
+    proc = pgasrun(2, "python", str(script), str(nbytes), "1" if in_kernels else "0", "1" if nbi else "0",
+                   options=("--pes-per-node", "1"),
                    timeout=600, env={"PGAS_REMOTE_TRANSPORT": transport, "PGAS_TIMEOUT": "300",
                                      "PGAS_SYMMETRIC_SIZE": str(nbytes + (64 << 20))})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -109,3 +127,55 @@ def test_an_engine_refuses_a_request_larger_than_one_message():
     with pytest.raises(pgas.PgasError, match=r"pgas.put: one NIC request carries at most 1073741824 bytes, got "
                                         r"2147483648 \(pgas splits larger copies"):
         mlx5.check_message("pgas.put", 2 << 30)
+
+
+STRIDED = r"""
+import numpy as np
+import pgas, pgas.device as dev
+from numba import cuda
+from pgas.runtime._arrays import as_ndarray
+
+STRIDE = (2 << 30) // 8 + 1          # elements: 2 GiB + 8 bytes apart, the third past 4 GiB
+
+
+@cuda.jit
+def scatter(dest, src, pe):
+    dev.iput(dest, src, STRIDE, 1, 3, pe)
+
+
+@cuda.jit
+def gather(dest, src, pe):
+    dev.iget(dest, src, 1, STRIDE, 3, pe)
+
+
+pgas.init()
+me, peer = pgas.my_pe(), 1 - pgas.my_pe()
+far = pgas.empty(2 * STRIDE + 1, np.int64)        # 4 GiB + 24 bytes; the pages never touched stay sparse
+near = pgas.zeros(3, np.int64)
+mine = as_ndarray(far, "test", "far")
+if me == 0:
+    as_ndarray(near, "test", "near")[:] = [11, 22, 33]
+    scatter[1, 1](far, near, peer)
+pgas.barrier_all()
+if me == 1:
+    print("iput:", mine[[0, STRIDE, 2 * STRIDE]].tolist(), flush=True)
+pgas.barrier_all()
+if me == 0:
+    as_ndarray(near, "test", "near")[:] = 0
+    gather[1, 1](near, far, peer)
+    print("iget:", as_ndarray(near, "test", "near").tolist(), flush=True)
+pgas.barrier_all()
+pgas.finalize()
+"""
+
+
+@pytest.mark.parametrize("transport", ["ibgda", "proxy"])
+def test_strided_copies_whose_elements_lie_beyond_4_gib_arrive_where_they_belong(tmp_path, clean_shm, transport):
+    skip_without_remote_transport()
+    script = tmp_path / "strided.py"
+    script.write_text(STRIDED)
+    proc = pgasrun(2, "python", str(script), options=("--pes-per-node", "1"), timeout=300,
+                   env={"PGAS_REMOTE_TRANSPORT": transport, "PGAS_SYMMETRIC_SIZE": str((4 << 30) + (64 << 20))})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "iput: [11, 22, 33]" in proc.stdout, proc.stdout
+    assert "iget: [11, 22, 33]" in proc.stdout, proc.stdout

@@ -278,6 +278,7 @@ def test_pe_0_reads_all_of_pgasruns_stdin_and_the_others_read_nothing(tmp_path, 
                                   input=data, capture_output=True, timeout=120)
             proc.stdout, proc.stderr = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0, proc.stderr
+    assert "not a pgas variable" not in proc.stderr, proc.stderr     # what pgasrun sets is known
     empty = hashlib.sha256(b"").hexdigest()
     assert sorted(proc.stdout.splitlines()) == [f"0 {len(data)} {hashlib.sha256(data).hexdigest()}",
                                                f"1 0 {empty}", f"2 0 {empty}"]

@@ -136,7 +136,7 @@ def invalid_settings() -> dict[str, str]:
 
 # What pgasrun sets for its PEs (not settings of the user's)
 _LAUNCHER_VARIABLES = ("PGAS_RUN_DIR", "PGAS_JOB_ID", "PGAS_TAG_OUTPUT", "PGAS_BACKEND_NOTICE_GIVEN",
-                       "PGAS_LAUNCHER_PID", "PGAS_LAUNCHER_HOST")
+                       "PGAS_LAUNCHER_PID", "PGAS_LAUNCHER_HOST", "PGAS_STDIN_FIFO")
 
 
 def unknown_settings() -> dict[str, str]:
