@@ -113,8 +113,11 @@ def test_timeout_stops_every_pe(tmp_path, clean_shm):
 def start_pgasrun(script: Path, program: str) -> subprocess.Popen:
     """pgasrun -np 2 on ``program`` (written to ``script``), once a PE has printed 'started'."""
     script.write_text(program)
+    # Ctrl-C as at a terminal, even where the test runs in the background (which starts
+    # every command with SIGINT ignored, and pgasrun would keep it so)
     proc = subprocess.Popen([*PGASRUN, "-np", "2", "python", str(script)], cwd=ROOT, env=pe_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "started"
     return proc
 

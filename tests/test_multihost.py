@@ -62,10 +62,10 @@ def two_hosts(tmp_path_factory):
             shutil.rmtree(etc, ignore_errors=True)
 
 
-def _on_two_hosts(hosts: tuple, n: int, *command: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def _on_two_hosts(hosts: tuple, n: int, *command: str, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
     """pgasrun, started on h1, with PEs on h1 and h2 (mpiexec reaches h2 through ``hostexec``)."""
     hostexec, prefix = hosts
-    env = pe_env(HYDRA_LAUNCHER="ssh", HYDRA_LAUNCHER_EXEC=hostexec)
+    env = pe_env(HYDRA_LAUNCHER="ssh", HYDRA_LAUNCHER_EXEC=hostexec, **(env or {}))
     on_h1 = ["ip", "netns", "exec", f"{prefix}h1", "unshare", "--uts", "sh", "-c", 'hostname h1; exec "$@"', "h1"]
     pgasrun = [sys.executable, "-m", "pgas.launcher", "-np", str(n), "--hosts", "h1,h2", "--tag-output"]
     return subprocess.run([*on_h1, *pgasrun, *command], cwd=ROOT, env=env, capture_output=True,
@@ -89,12 +89,16 @@ def test_shift_and_ring_between_two_hosts(two_hosts):
     assert "the message came back round 3 PEs carrying 3 (expected 3)" in ring.stdout, ring.stdout
 
 
-@pytest.mark.parametrize("module", ["checks_device_rma", "checks_atomics", "checks_signals"])
-def test_pe_suites_between_two_hosts(two_hosts, tmp_path, module):
+SUITES_BETWEEN_HOSTS = [("ibgda", module) for module in ("checks_device_rma", "checks_atomics", "checks_signals")] + [
+    ("ucx", module) for module in ("checks_host_rma", "checks_device_rma", "checks_atomics", "checks_signals")]
+
+
+@pytest.mark.parametrize("transport,module", SUITES_BETWEEN_HOSTS, ids=[f"{t}-{m}" for t, m in SUITES_BETWEEN_HOSTS])
+def test_pe_suites_between_two_hosts(two_hosts, tmp_path, transport, module):
     import glob
     import json
     proc = _on_two_hosts(two_hosts, 4, sys.executable, str(PE_DIR / "runner.py"), str(PE_DIR / f"{module}.py"),
-                         str(tmp_path))
+                         str(tmp_path), env={"PGAS_REMOTE_TRANSPORT": transport})
     results = {}
     for path in glob.glob(str(tmp_path / "pe*.json")):
         with open(path) as f:

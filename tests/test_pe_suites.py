@@ -1,6 +1,6 @@
 """Every check in tests/pe/checks_*.py, run through pgasrun on 1 to 5 PEs of one node, and
 again across emulated nodes, where PEs on other nodes are reached through the NIC (the
-GPU-initiated path and the CPU proxy)."""
+GPU-initiated path and the CPU proxy, both through the emulated NIC, and the ucx engine)."""
 import pytest
 
 from conftest import assert_check_passed, check_names
@@ -26,19 +26,19 @@ MODULES = {
 # in one run; 3 PEs one per node send everything through the NIC. The GPU-initiated path
 # (the default) runs every module on both; the host and device collectives run on the
 # mixed layout only (it holds both paths, and their split teams span nodes there too).
-# The CPU proxy runs on the mixed layout the modules that drive a remote engine call by
-# call (everything above them reaches either engine through the same Transports calls),
-# to keep the suite short.
-LAYOUTS = {"ibgda": [(4, 2), (3, 1)], "proxy": [(4, 2)]}
+# The CPU proxy and the ucx engine run on the mixed layout the modules that drive a remote
+# engine call by call (everything above them reaches any engine through the same
+# Transports calls), to keep the suite short.
+LAYOUTS = {"ibgda": [(4, 2), (3, 1)], "proxy": [(4, 2)], "ucx": [(4, 2)]}
 MIXED_ONLY = {"checks_collectives", "checks_device_collectives"}
-PROXY_MODULES = {"checks_host_rma", "checks_device_rma", "checks_device_sync", "checks_errors", "checks_atomics",
+ENGINE_MODULES = {"checks_host_rma", "checks_device_rma", "checks_device_sync", "checks_errors", "checks_atomics",
                  "checks_signals"}
 
 CASES = [(module, n, name) for module, (counts, _) in MODULES.items() for n in counts
          for name in check_names(module)]
 REMOTE_CASES = [(transport, module, n, per_node, name) for transport, layouts in LAYOUTS.items()
                 for module in MODULES for n, per_node in layouts
-                if (module not in MIXED_ONLY or per_node > 1) and (transport != "proxy" or module in PROXY_MODULES)
+                if (module not in MIXED_ONLY or per_node > 1) and (transport == "ibgda" or module in ENGINE_MODULES)
                 for name in check_names(module)]
 
 

@@ -93,9 +93,10 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "(no load/store between nodes); unset: nodes are hosts"),
     Variable("PGAS_DISABLE_P2P", "0", _parse_bool,
              "1: no load/store between PEs at all, as if every PE were on its own node"),
-    Variable("PGAS_REMOTE_TRANSPORT", "ibgda", _choice("ibgda", "proxy"),
-             "transport to PEs on other nodes, through the emulated NIC: ibgda (device threads "
-             "post their own WQEs) or proxy (a CPU thread posts the device's requests)"),
+    Variable("PGAS_REMOTE_TRANSPORT", "ibgda", _choice("ibgda", "proxy", "ucx"),
+             "transport to PEs on other nodes: through the emulated NIC, ibgda (device threads "
+             "post their own WQEs) or proxy (a CPU thread posts the device's requests); or ucx "
+             "(UCX active messages, posted and answered in native code; simulator backend)"),
     Variable("PGAS_TIMEOUT", "300", _positive_float,
              "seconds a blocking wait (wait_until, signal_wait_until, barriers, syncs) may take "
              "before it fails naming what it waited for (for barriers: the PEs that had not arrived)"),

@@ -26,10 +26,11 @@ from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL, ACCESS_REMOTE
 from . import _proxy as proxy
 from ._ibgda import Ibgda
+from ._ucx import Ucx
 
 __all__ = ["Transports", "REMOTE_TRANSPORTS"]
 
-REMOTE_TRANSPORTS = ("ibgda", "proxy")      # both drive the same emulated NIC (docs/transports.md)
+REMOTE_TRANSPORTS = ("ibgda", "proxy", "ucx")   # the first two drive the emulated NIC (docs/transports.md)
 _AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or": proxy.AMO_OR,
         "xor": proxy.AMO_XOR}
 
@@ -91,6 +92,13 @@ class Transports:
             except (ImportError, OSError, RuntimeError) as e:     # llvmlite cannot compile its code here
                 sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path (ibgda) cannot be set up "
                                  f"here ({type(e).__name__}: {e}); using the CPU proxy for PEs on other nodes\n")
+                name = "proxy"
+        if name == "ucx" and name not in self.engines:
+            try:
+                self.engines[name] = Ucx(self.nic, self.heap_region, self.timeout)
+            except PgasError as e:      # no UCX in this MPI
+                sys.stderr.write(f"pgas (PE {self.my_pe}): the ucx engine cannot be set up here ({e}); "
+                                 f"using the CPU proxy for PEs on other nodes\n")
                 name = "proxy"
         if name == "proxy" and name not in self.engines:
             self.engines[name] = proxy.Proxy(self.nic, self.timeout)

@@ -31,15 +31,17 @@ def wait_for(ivar):
 def main(case: str) -> None:
     pgas.init()
     a = pgas.zeros(4, np.int32)
+    nine = pgas.zeros(9, np.int32)      # collective: every PE allocates it
+    ivar = pgas.zeros(1, np.int64)
     if pgas.my_pe() == 0:
         if case == "put_pe":
             put_to[1, 1](a, a, pgas.n_pes() + 3)
         elif case == "put_size":
-            put_to[1, 1](a, pgas.zeros(9, np.int32), 1)
+            put_to[1, 1](a, nine, 1)
         elif case == "barrier_team":
             barrier_on[1, 1](7)
         elif case == "wait_timeout":
-            wait_for[1, 1](pgas.zeros(1, np.int64))
+            wait_for[1, 1](ivar)
         cuda.synchronize()      # on a GPU the kernel's trap surfaces here
         raise SystemExit(f"the {case} kernel did not fail")
     pgas.barrier_all()

@@ -1,0 +1,220 @@
+"""The ``ucx`` remote engine: requests to PEs on other nodes as UCX active messages,
+posted by the calling thread and answered by the target's native handler.
+
+``submit`` writes the request's header into its ring slot and sends it (one native call,
+``ucp_am_send_nbx``, without the interpreter lock); the target's progress thread (or any
+of its threads that progresses the worker) checks and applies it in native code and
+answers; the answer lands (a get's data at its address, a fetched value in the slot) and
+marks the slot done. ``wait`` progresses the worker itself, yielding the core, and sleeps
+on the worker's events when the answer is slow. No Python thread stands between a
+requester and the wire, on either side (docs/transports.md, "The ucx engine").
+
+Requests to one PE travel on one endpoint and are applied in order; ``quiet`` waits for
+every answer. ``fence`` needs no work.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from ..core import _job
+from ..core._errors import PgasError, PgasTimeoutError
+from ..nic import _mlx5 as mlx5
+from ..nic._nic import Nic
+from ..wire import _target as target, _ucp as ucp
+from ..wire._worker import Worker
+from ._ibgda_ir import OP_NAMES
+
+__all__ = ["Ucx"]
+
+CAPACITY = 1024
+_SPINS = 200            # progress rounds (each yields the core when idle) before sleeping on events
+_MAX_PAUSE_S = 1e-3     # the longest sleep of a waiter between rounds of progress
+_MASK = (1 << 64) - 1
+
+
+def _signed(value: int) -> int:
+    """A 64-bit pattern as the int64 numba passes."""
+    value &= _MASK
+    return value - (1 << 64) if value >> 63 else value
+
+
+def _native_post(lib):
+    from numba import njit
+
+    send, free = lib.ucp_am_send_nbx, lib.ucp_request_free
+
+    @njit(nogil=True, cache=False)
+    def post(endpoint, headers, ticket, op, size, rkey, raddr, nbytes, value, compare, data, params):
+        """Write request ``ticket``'s header into its slot and send it with ``nbytes`` of
+        ``data`` (an address; 0: none). 0, or UCX's (negative) error status."""
+        slot = ticket % headers.shape[0]
+        h = headers[slot]
+        h[0], h[1], h[2], h[3] = ticket, op, size, rkey
+        h[4], h[5], h[6], h[7] = raddr, nbytes, value, compare
+        if op == target.PUT_INLINE:
+            data = headers.ctypes.data + (slot * target.REQUEST_WORDS + target.H_VALUE) * 8
+        request = send(endpoint, target.AM_REQUEST, headers.ctypes.data + slot * target.REQUEST_WORDS * 8,
+                       target.REQUEST_WORDS * 8, data, nbytes if data else 0, params.ctypes.data)
+        if request > 0:
+            free(request)       # UCX completes it; the header and the data outlive it (the answer comes after)
+            return 0
+        return request
+
+    return post
+
+
+class Ucx:
+    """The ring of requests of one PE and its UCX worker, reaching ``nic.peers`` (the NIC's
+    registrations name the heaps: raddr and rkey)."""
+
+    def __init__(self, nic: Nic, heap_region, timeout: float):
+        self.nic = nic
+        self.timeout = timeout
+        self.worker = Worker(nic.comm, nic.my_pe, nic.peers)
+        lib = self.worker.lib
+        on_request, on_answer = target.callbacks()
+        self._post = _native_post(lib)
+        # the target: this PE's heap, and how answers are sent (eager, header copied)
+        self.target_state = np.zeros(target.TARGET_WORDS, np.int64)
+        self._answer_params = self._params(ucp.AM_SEND_FLAG_EAGER | ucp.AM_SEND_FLAG_COPY_HEADER)
+        self.target_state[[target.T_BASE, target.T_SIZE, target.T_RKEY, target.T_ANSWER_PARAMS, target.T_SELF]] = (
+            heap_region.base, heap_region.size, heap_region.rkey, self._answer_params.ctypes.data,
+            self.target_state.ctypes.data)
+        # the requester: the ring (capacity, then its columns) and the request headers
+        self.ring = np.zeros(1 + target.COLUMNS * CAPACITY, np.int64)
+        self.ring[0] = CAPACITY
+        self.columns = self.ring[1:].reshape(target.COLUMNS, CAPACITY)
+        self.headers = np.zeros((CAPACITY, target.REQUEST_WORDS), np.int64)
+        self._request_params = self._params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_EAGER
+                                            | ucp.AM_SEND_FLAG_COPY_HEADER)
+        self._waited = np.zeros(CAPACITY, bool)
+        self._requests = [None] * CAPACITY        # (op, pe, raddr, nbytes) of each slot, for errors
+        self._next = self._freed = 0
+        self._reserve = threading.Lock()
+        self.errors: list[str] = []
+        self.worker.handle_messages(target.AM_REQUEST, on_request, self.target_state.ctypes.data)
+        self.worker.handle_messages(target.AM_ANSWER, on_answer, self.ring.ctypes.data)
+        self.worker.start()
+        self._wire_up()
+
+    def _wire_up(self) -> None:
+        """Connect every endpoint now, while every PE progresses (collective: an empty get
+        from each peer). UCX connects an endpoint at its first message, which needs the
+        peer to progress; left to a sleeping peer's first wake-up it could take long."""
+        for pe in self.nic.peers:
+            self.wait("pgas.init", self.submit("pgas.init", target.GET, pe, self.nic.remote[pe].base))
+
+    @staticmethod
+    def _params(flags: int) -> np.ndarray:
+        """A ``ucp_request_param_t`` asking for ``flags``, kept in a numpy array."""
+        params = np.zeros(ucp.ctypes.sizeof(ucp.RequestParams), np.uint8)
+        struct = ucp.RequestParams.from_buffer(params)
+        struct.op_attr_mask, struct.flags = ucp.OP_ATTR_FIELD_FLAGS, flags
+        return params
+
+    def close(self) -> None:
+        self.worker.close()
+
+    # Requesters ----------------------------------------------------------------------
+
+    def submit(self, fn: str, op: int, pe: int, raddr: int, *, laddr: int = 0, lkey: int = 0, nbytes: int = 0,
+               size: int = 8, value: int = 0, compare: int = 0, waited: bool = True) -> int:
+        """Send one request; returns its ticket. ``waited``: the caller will ``wait`` for
+        it (else a failure is kept for the next ``quiet``)."""
+        mlx5.check_message(fn, nbytes)
+        deadline = None
+        while True:
+            with self._reserve:
+                if self._next - self._reclaim() < CAPACITY:
+                    ticket = self._next
+                    self._next += 1
+                    break
+                oldest = self._freed
+            deadline = deadline or time.monotonic() + self.timeout
+            self._wait_done(fn, oldest, deadline, f"a free slot in the ucx engine's ring ({CAPACITY} outstanding)",
+                            self._peer_of(oldest))
+        slot = ticket % CAPACITY
+        self.columns[target.C_OP, slot], self.columns[target.C_LADDR, slot] = op, laddr
+        self._waited[slot] = waited
+        self._requests[slot] = (op, pe, raddr, nbytes)
+        status = self._post(self.worker.endpoints[pe], self.headers, ticket, op, size, self.nic.remote[pe].rkey,
+                            raddr, nbytes, _signed(value), _signed(compare), laddr if op == target.PUT else 0,
+                            self._request_params)
+        if status:
+            raise PgasError(f"{fn}: UCX could not send the {OP_NAMES[op]} to PE {pe} (ucs_status_t {status})")
+        return ticket
+
+    def _reclaim(self) -> int:
+        """Free done slots nobody waits for (under the reserve lock), keeping their failures."""
+        done = self.columns[target.C_DONE]
+        while self._freed < self._next:
+            slot = self._freed % CAPACITY
+            if done[slot] != self._freed + 1 or self._waited[slot]:
+                break
+            if self.columns[target.C_SYNDROME, slot]:
+                self.errors.append(self._describe("pgas (non-blocking operation, reported at quiet)", slot))
+            self._freed += 1
+        return self._freed
+
+    def _describe(self, fn: str, slot: int) -> str:
+        op, pe, raddr, nbytes = self._requests[slot]
+        return mlx5.refusal(fn, OP_NAMES[op], pe, raddr, nbytes, int(self.columns[target.C_SYNDROME, slot]))
+
+    def _peer_of(self, ticket: int) -> list[int]:
+        """[the PE of request ``ticket``], once its thread has filled in its slot."""
+        request = self._requests[ticket % CAPACITY]
+        return [request[1]] if request is not None else []
+
+    def _wait_done(self, fn: str, ticket: int, deadline: float, waiting_for: str, pes) -> None:
+        """Progress (then sleep on the worker's events) until request ``ticket`` is answered."""
+        slot = ticket % CAPACITY
+        mark = self.columns[target.C_DONE, slot:slot + 1]
+        handle = self.worker.handle
+        if self.worker.progress_until(handle, mark, ticket + 1, _SPINS):
+            return
+        heartbeat = _job.Heartbeat(fn, time.monotonic(), lambda: pes)
+        pause = 0.0
+        while not self.worker.progress_until(handle, mark, ticket + 1, _SPINS):
+            now = time.monotonic()
+            if now > deadline:
+                raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for}")
+            if now >= heartbeat.due:
+                heartbeat.beat(now)
+            # a back-off, not the worker's event descriptor: that one belongs to the progress
+            # thread (two threads arming it lost wake-ups between hosts)
+            time.sleep(pause)
+            pause = min(pause * 2 + 10e-6, _MAX_PAUSE_S)
+
+    def wait(self, fn: str, ticket: int) -> int:
+        """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""
+        slot = ticket % CAPACITY
+        op, pe, _, nbytes = self._requests[slot]
+        try:
+            self._wait_done(fn, ticket, time.monotonic() + self.timeout,
+                            f"the answer to the {OP_NAMES[op]} to PE {pe}", [pe])
+            if self.columns[target.C_SYNDROME, slot]:
+                raise PgasError(self._describe(fn, slot))
+            return int(self.columns[target.C_RESULT, slot]) & ((1 << (8 * min(nbytes, 8))) - 1 if nbytes else 0)
+        finally:
+            self._waited[slot] = False      # the slot may be reused
+
+    def quiet(self, fn: str) -> None:
+        """Wait until every request sent so far is answered; raise the first failure of a
+        request nobody waited for."""
+        last = self._next
+        deadline = time.monotonic() + self.timeout
+        for ticket in range(self._freed, last):     # some may still be being sent by their threads
+            self._wait_done(fn, ticket, deadline, f"the answers of {last - ticket} operations to PEs on other "
+                                                  "nodes", self._peer_of(ticket))
+        with self._reserve:
+            self._reclaim()
+        self.raise_failures(fn)
+
+    def raise_failures(self, fn: str) -> None:
+        """Raise (and forget) the first failure of a completed request nobody waited for."""
+        if self.errors:
+            first, self.errors = self.errors[0], []
+            raise PgasError(first)

@@ -1,0 +1,142 @@
+"""The parts of UCX's UCP API (1.x) that pgas's wire uses, through ctypes, callable from
+numba nopython code (``nogil`` functions and ``cfunc`` callbacks) as well as from Python.
+
+UCX is already in every PE: the mpich wheel's ch4:ucx device links ``libucp.so.0``, so
+once mpi4py has loaded MPI the library resolves to the copy MPI uses. Layouts and values
+follow ``ucp.h``/``ucp_def.h`` of UCX 1.20 (the ABI is stable across 1.x). Every pointer
+or handle is declared as a 64-bit integer, so numba code passes plain ``int64`` values
+(``array.ctypes.data``, handles kept in int64 arrays). A ``ucs_status_ptr_t`` result is
+then 0 (done at once), a negative status (an error) or a request handle (positive).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import importlib
+import os
+import sys
+
+from ..core._errors import PgasError
+
+__all__ = ["load", "UCS_OK", "UCS_INPROGRESS", "UCS_ERR_BUSY"]
+
+API_MAJOR, API_MINOR = 1, 12        # the oldest API whose structs hold every field set here
+
+UCS_OK, UCS_INPROGRESS, UCS_ERR_BUSY = 0, 1, -15
+UCS_THREAD_MODE_MULTI = 2
+
+PARAM_FIELD_FEATURES, PARAM_FIELD_ESTIMATED_NUM_EPS = 1 << 0, 1 << 6
+FEATURE_AM, FEATURE_WAKEUP = 1 << 6, 1 << 4
+WORKER_PARAM_FIELD_THREAD_MODE = 1 << 0
+EP_PARAM_FIELD_REMOTE_ADDRESS, EP_PARAM_FIELD_ERR_HANDLING_MODE = 1 << 0, 1 << 1
+ERR_HANDLING_MODE_NONE = 0
+
+OP_ATTR_FIELD_FLAGS = 1 << 4
+AM_FLAG_WHOLE_MSG = 1 << 0
+AM_SEND_FLAG_REPLY, AM_SEND_FLAG_EAGER, AM_SEND_FLAG_COPY_HEADER = 1 << 0, 1 << 1, 1 << 3
+AM_RECV_ATTR_FIELD_REPLY_EP, AM_RECV_ATTR_FLAG_RNDV = 1 << 0, 1 << 17
+AM_HANDLER_PARAM_FIELDS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3)      # id, flags, cb, arg
+
+_u64, _vp, _int, _uint, _size = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
+
+
+class Params(ctypes.Structure):             # ucp_params_t
+    _fields_ = [("field_mask", _u64), ("features", _u64), ("request_size", _size), ("request_init", _vp),
+                ("request_cleanup", _vp), ("tag_sender_mask", _u64), ("mt_workers_shared", _int),
+                ("estimated_num_eps", _size), ("estimated_num_ppn", _size), ("name", ctypes.c_char_p),
+                ("node_local_id", _size)]
+
+
+class WorkerParams(ctypes.Structure):       # ucp_worker_params_t
+    _fields_ = [("field_mask", _u64), ("thread_mode", _int), ("cpu_mask", ctypes.c_ulong * 16), ("events", _uint),
+                ("user_data", _vp), ("event_fd", _int), ("flags", _u64), ("name", ctypes.c_char_p),
+                ("am_alignment", _size), ("client_id", _u64)]
+
+
+class EpParams(ctypes.Structure):           # ucp_ep_params_t
+    _fields_ = [("field_mask", _u64), ("address", _vp), ("err_mode", _int), ("err_handler_cb", _vp),
+                ("err_handler_arg", _vp), ("user_data", _vp), ("flags", _uint), ("sockaddr", _vp),
+                ("sockaddr_len", ctypes.c_uint32), ("conn_request", _vp), ("name", ctypes.c_char_p),
+                ("local_sockaddr", _vp), ("local_sockaddr_len", ctypes.c_uint32)]
+
+
+class RequestParams(ctypes.Structure):      # ucp_request_param_t
+    _fields_ = [("op_attr_mask", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("request", _vp), ("cb", _vp),
+                ("datatype", _u64), ("user_data", _vp), ("reply_buffer", _vp), ("memory_type", _int),
+                ("recv_info", _vp), ("memh", _vp)]
+
+
+class AmHandlerParams(ctypes.Structure):    # ucp_am_handler_param_t
+    _fields_ = [("field_mask", _u64), ("id", _uint), ("flags", ctypes.c_uint32), ("cb", _vp), ("arg", _vp)]
+
+
+assert (ctypes.sizeof(Params), ctypes.sizeof(WorkerParams), ctypes.sizeof(EpParams), ctypes.sizeof(RequestParams),
+        ctypes.sizeof(AmHandlerParams)) == (88, 200, 104, 72, 32)
+
+_P = ctypes.c_int64          # pointers and handles, as numba passes them
+_DECLARATIONS = {            # name: (result, arguments)
+    "ucp_config_read": (_int, (_P, _P, _P)),
+    "ucp_config_release": (None, (_P,)),
+    "ucp_config_modify": (_int, (_P, ctypes.c_char_p, ctypes.c_char_p)),
+    "ucp_init_version": (_int, (_uint, _uint, _P, _P, _P)),
+    "ucp_cleanup": (None, (_P,)),
+    "ucp_worker_create": (_int, (_P, _P, _P)),
+    "ucp_worker_destroy": (None, (_P,)),
+    "ucp_worker_get_address": (_int, (_P, _P, _P)),
+    "ucp_worker_release_address": (None, (_P, _P)),
+    "ucp_worker_get_efd": (_int, (_P, _P)),
+    "ucp_worker_set_am_recv_handler": (_int, (_P, _P)),
+    "ucp_ep_create": (_int, (_P, _P, _P)),
+    "ucp_ep_close_nbx": (_P, (_P, _P)),
+    "ucp_get_version_string": (ctypes.c_char_p, ()),
+    "ucp_worker_progress": (_uint, (_P,)),
+    "ucp_worker_arm": (_int, (_P,)),
+    "ucp_worker_signal": (_int, (_P,)),
+    "ucp_am_send_nbx": (_P, (_P, _uint, _P, _P, _P, _P, _P)),
+    "ucp_request_check_status": (_int, (_P,)),
+    "ucp_request_free": (None, (_P,)),
+}
+
+
+class Library:
+    """libucp's functions as attributes (``lib.ucp_worker_progress``), and libc's few."""
+
+    def __init__(self, cdll: ctypes.CDLL):
+        for name, (result, arguments) in _DECLARATIONS.items():
+            function = getattr(cdll, name)
+            function.restype, function.argtypes = result, list(arguments)
+            setattr(self, name, function)
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        for name, result, arguments in (("poll", _int, (_P, _P, _int)), ("memcpy", _P, (_P, _P, _P)),
+                                        ("sched_yield", _int, ()), ("clock_gettime", _int, (_int, _P))):
+            function = getattr(libc, name)
+            function.restype, function.argtypes = result, list(arguments)
+            setattr(self, name, function)
+        self.version = self.ucp_get_version_string().decode()
+
+
+_loaded: list = []
+
+
+def load() -> Library:
+    """libucp (the copy MPI loaded, else the one beside the mpich wheel's libmpi), once.
+    PgasError saying why when there is none."""
+    if not _loaded:
+        importlib.import_module("mpi4py.MPI")     # loads libmpi, and with it libucp
+        tried = ["libucp.so.0", os.path.join(sys.prefix, "lib", "mpich", "libucp.so.0")]
+        errors = []
+        for name in tried:
+            try:
+                _loaded.append(Library(ctypes.CDLL(name)))
+                break
+            except (OSError, AttributeError) as e:
+                errors.append(f"{name}: {e}")
+        else:
+            raise PgasError("UCX's libucp cannot be loaded (" + "; ".join(errors) + "); it comes with MPICH "
+                            "built with ch4:ucx (the mpich wheel)")
+    return _loaded[0]
+
+
+def check(status: int, what: str) -> None:
+    if status != UCS_OK:
+        raise PgasError(f"UCX {what} failed (ucs_status_t {status})")

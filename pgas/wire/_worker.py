@@ -1,0 +1,182 @@
+"""One PE's UCX worker: its context, its endpoints to the PEs it reaches over the wire,
+active-message handlers, and a progress thread that sleeps until the wire has something.
+
+The progress thread is a Python thread that enters one numba ``nogil`` function and stays
+there until ``close``: it progresses the worker (which runs the handlers: native code, no
+interpreter lock), then arms the worker's event descriptor and sleeps in ``poll`` until
+UCX has something for it. Nothing polls on a timer. Threads that wait for a reply
+progress the worker themselves (UCX's multi-thread mode serialises them).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import threading
+
+import numpy as np
+
+from ..core._errors import PgasError
+from . import _ucp as ucp
+
+__all__ = ["Worker"]
+
+_STOP, _EFD, _WORKER = 0, 1, 2      # words of the progress thread's state
+_IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
+_HOT_NS = 100_000                    # how long the thread keeps looking after a message
+
+
+def _native_loops(lib):
+    """The progress thread's loop, and one bounded wait (numba, compiled on first use)."""
+    from numba import njit
+
+    progress, arm, poll, sched_yield = lib.ucp_worker_progress, lib.ucp_worker_arm, lib.poll, lib.sched_yield
+    clock_gettime = lib.clock_gettime
+
+    @njit(nogil=True, cache=False)
+    def now_ns(timespec):
+        clock_gettime(1, timespec.ctypes.data)       # CLOCK_MONOTONIC
+        return timespec[0] * 1_000_000_000 + timespec[1]
+
+    @njit(nogil=True, cache=False)
+    def sleep_on_events(worker, pollfd, milliseconds):
+        """Sleep until the worker has events (or ``milliseconds`` pass)."""
+        if arm(worker) == ucp.UCS_OK:
+            pollfd[1] = 1                # POLLIN, and revents cleared
+            poll(pollfd.ctypes.data, 1, milliseconds)
+
+    @njit(nogil=True, cache=False)
+    def serve(state, pollfd):
+        """Progress; after the last message, keep looking (yielding the core each time)
+        for _HOT_NS, as a NIC's interrupt moderation does, then sleep on the events."""
+        worker = state[_WORKER]
+        timespec = np.zeros(2, np.int64)
+        last = now_ns(timespec)
+        while state[_STOP] == 0:
+            if progress(worker) != 0:
+                last = now_ns(timespec)
+                continue
+            if state[_STOP] != 0:
+                break
+            if now_ns(timespec) - last < _HOT_NS:
+                sched_yield()
+                continue
+            sleep_on_events(worker, pollfd, _IDLE_POLL_MS)
+            last = now_ns(timespec)
+
+    @njit(nogil=True, cache=False)
+    def progress_until(worker, word, value, spins):
+        """Progress until ``word[0] >= value``, at most ``spins`` rounds (yielding the
+        core between empty ones); True when it got there."""
+        for _ in range(spins):
+            if word[0] >= value:
+                return True
+            if progress(worker) == 0:
+                sched_yield()
+        return word[0] >= value
+
+    return serve, sleep_on_events, progress_until
+
+
+class Worker:
+    """A UCP worker with active messages, connected to ``peers`` (PE numbers) through
+    ``comm`` (collective over it). ``handle(id, callback, arg)`` installs a handler before
+    ``start``; ``endpoints[pe]`` is the handle to send to PE ``pe``."""
+
+    def __init__(self, comm, my_pe: int, peers):
+        self.lib = lib = ucp.load()
+        self.my_pe = my_pe
+        hosts = comm.allgather(socket.gethostname())
+        config = ctypes.c_int64()
+        ucp.check(lib.ucp_config_read(0, 0, ctypes.addressof(config)), "ucp_config_read")
+        if any(hosts[pe] != hosts[my_pe] for pe in peers) and "UCX_TLS" not in os.environ:
+            # Peers on other hosts are never reached by shared memory, but hosts that are
+            # network namespaces of one machine look like one node to UCX: its shared memory
+            # would carry the data while its wake-ups (per namespace) never arrive.
+            ucp.check(lib.ucp_config_modify(config.value, b"TLS", b"^shm"), "ucp_config_modify")
+        params = ucp.Params(field_mask=ucp.PARAM_FIELD_FEATURES | ucp.PARAM_FIELD_ESTIMATED_NUM_EPS,
+                            features=ucp.FEATURE_AM | ucp.FEATURE_WAKEUP, estimated_num_eps=comm.Get_size())
+        context = ctypes.c_int64()
+        status = lib.ucp_init_version(ucp.API_MAJOR, ucp.API_MINOR, ctypes.addressof(params), config.value,
+                                      ctypes.addressof(context))
+        lib.ucp_config_release(config.value)
+        ucp.check(status, "ucp_init")
+        self.context = context.value
+        worker_params = ucp.WorkerParams(field_mask=ucp.WORKER_PARAM_FIELD_THREAD_MODE,
+                                         thread_mode=ucp.UCS_THREAD_MODE_MULTI)
+        worker = ctypes.c_int64()
+        ucp.check(lib.ucp_worker_create(self.context, ctypes.addressof(worker_params), ctypes.addressof(worker)),
+                  "ucp_worker_create")
+        self.handle = worker.value
+        efd = ctypes.c_int()
+        ucp.check(lib.ucp_worker_get_efd(self.handle, ctypes.addressof(efd)), "ucp_worker_get_efd")
+        self.state = np.array([0, efd.value, self.handle], np.int64)
+        self.endpoints = self._connect(comm, peers)
+        self._serve, self.sleep_on_events, self.progress_until = _native_loops(lib)
+        self._handlers = []            # keep the callbacks alive
+        self._thread = None
+
+    def _connect(self, comm, peers) -> dict[int, int]:
+        """Exchange worker addresses (an allgather over ``comm``) and make an endpoint per peer."""
+        lib = self.lib
+        address, length = ctypes.c_int64(), ctypes.c_size_t()
+        ucp.check(lib.ucp_worker_get_address(self.handle, ctypes.addressof(address), ctypes.addressof(length)),
+                  "ucp_worker_get_address")
+        mine = ctypes.string_at(address.value, length.value)
+        lib.ucp_worker_release_address(self.handle, address.value)
+        everyone = comm.allgather(mine)
+        endpoints = {}
+        for pe in peers:
+            theirs = ctypes.create_string_buffer(everyone[pe], len(everyone[pe]))
+            params = ucp.EpParams(field_mask=ucp.EP_PARAM_FIELD_REMOTE_ADDRESS | ucp.EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                                  address=ctypes.addressof(theirs), err_mode=ucp.ERR_HANDLING_MODE_NONE)
+            endpoint = ctypes.c_int64()
+            ucp.check(lib.ucp_ep_create(self.handle, ctypes.addressof(params), ctypes.addressof(endpoint)),
+                      f"ucp_ep_create (to PE {pe})")
+            endpoints[pe] = endpoint.value
+        return endpoints
+
+    def handle_messages(self, am_id: int, callback, arg: int) -> None:
+        """Call numba ``cfunc`` ``callback`` (``ucp_am_recv_callback_t``) with ``arg`` for
+        every whole active message ``am_id`` that arrives."""
+        params = ucp.AmHandlerParams(field_mask=ucp.AM_HANDLER_PARAM_FIELDS, id=am_id, flags=ucp.AM_FLAG_WHOLE_MSG,
+                                     cb=callback.address, arg=arg)
+        ucp.check(self.lib.ucp_worker_set_am_recv_handler(self.handle, ctypes.addressof(params)),
+                  "ucp_worker_set_am_recv_handler")
+        self._handlers.append(callback)
+
+    def start(self) -> None:
+        """Start the progress thread (after the handlers are in)."""
+        pollfd = np.zeros(2, np.int32)          # struct pollfd: fd, events | revents << 16
+        pollfd[0] = self.state[_EFD]
+        self._thread = threading.Thread(target=self._serve, args=(self.state, pollfd),
+                                        name=f"pgas-wire-pe{self.my_pe}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread, close the endpoints and free the worker (every peer must be done
+        with this PE: after a barrier)."""
+        lib = self.lib
+        if self._thread is not None:
+            self.state[_STOP] = 1
+            lib.ucp_worker_signal(self.handle)
+            self._thread.join()
+            self._thread = None
+        params = ucp.RequestParams()
+        for endpoint in self.endpoints.values():
+            request = lib.ucp_ep_close_nbx(endpoint, ctypes.addressof(params))
+            if request > 0:
+                while lib.ucp_request_check_status(request) == ucp.UCS_INPROGRESS:
+                    lib.ucp_worker_progress(self.handle)
+                lib.ucp_request_free(request)
+        self.endpoints = {}
+        lib.ucp_worker_destroy(self.handle)
+        lib.ucp_cleanup(self.context)
+
+
+def version() -> str:
+    """UCX's version, or why it cannot be loaded."""
+    try:
+        return ucp.load().version
+    except PgasError as e:
+        return f"unavailable: {e}"
