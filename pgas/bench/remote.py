@@ -1,5 +1,6 @@
-"""Small operations through the NIC: latency and message rate of the GPU-initiated path
-(ibgda) and of the CPU proxy, beside MPI RMA, in the same run.
+"""Small operations to another node: latency and message rate of the GPU-initiated path
+(ibgda), of the CPU proxy (both through the emulated NIC) and of the ucx engine, beside MPI
+RMA, in the same run.
 
     pgasrun -np 2 --pes-per-node 1 python -m pgas.bench remote [--plot remote.png]
 
@@ -17,7 +18,9 @@ the same kernels on PE 0's own heap, no transport: what the device call itself c
 (on the simulator, most of it is numba's simulated thread and pgas's routing). The
 ratio columns: ibgda / proxy; ``beyond self``, the same ratio of what each path adds to
 the call (the time per operation above ``self``); ibgda against MPI (rates: ibgda / MPI;
-latency: MPI / ibgda). Above 1 means ibgda is ahead.
+latency: MPI / ibgda). Above 1 means ibgda is ahead. ``ucx vs self``: the ucx engine's
+rate over the same kernel's on its own heap (latency: self / ucx); ``ucx adds/MPI``: for
+latencies, the time ucx adds to the call in MPI round trips; for rates, ucx / MPI.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from ._plot import pyplot
 
 REPEATS = 3
 THREADS = [1, 4, 16, 64, 128]
-TRANSPORTS = ("ibgda", "proxy")
+TRANSPORTS = ("ibgda", "proxy", "ucx")
 KINDS = ("p", "put_nbi", "add", "fetch_add")
 
 
@@ -146,7 +149,7 @@ def _plot(path: str, ours: dict, theirs: dict) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, kinds in zip(axes, (("p", "put_nbi"), ("add", "fetch_add"))):
         for kind in kinds:
-            for transport, marker in zip(TRANSPORTS, ("o", "s")):
+            for transport, marker in zip(TRANSPORTS, ("o", "s", "^")):
                 ax.plot(THREADS, [ours[transport][f"{kind} rate {t}"] for t in THREADS], marker=marker,
                         label=f"{transport} {kind}")
             ax.plot(THREADS, [theirs[f"{kind} rate {t}"] for t in THREADS], marker="x", ls="--",
@@ -202,18 +205,22 @@ def main(argv=None) -> None:
     win.Unlock_all()
     win.Free()
     if me == 0:
-        print(f"{'':26} {'ibgda':>11} {'proxy':>11} {'MPI':>11} {'self':>11} {'ibgda/proxy':>12} "
-              f"{'beyond self':>12} {'ibgda vs MPI':>13}")
+        print(f"{'':26} {'ibgda':>11} {'proxy':>11} {'ucx':>11} {'MPI':>11} {'self':>11} {'ibgda/proxy':>12} "
+              f"{'beyond self':>12} {'ibgda vs MPI':>13} {'ucx vs self':>12} {'ucx adds/MPI':>13}")
         for key in ours["ibgda"]:
             latency = key.endswith("us")
-            gpu, cpu, mpi, call = ours["ibgda"][key], ours["proxy"][key], theirs[key], ours["self"][key]
+            gpu, cpu, native = ours["ibgda"][key], ours["proxy"][key], ours["ucx"][key]
+            mpi, call = theirs[key], ours["self"][key]
             over_proxy = cpu / gpu if latency else gpu / cpu
             over_mpi = mpi / gpu if latency else gpu / mpi
             # seconds per operation each path adds to the call itself (its cost on this PE's own heap)
-            added = [(v - call) if latency else (1 / v - 1 / call) for v in (gpu, cpu)]
+            added = [(v - call) if latency else (1 / v - 1 / call) for v in (gpu, cpu, native)]
             beyond = added[1] / added[0] if added[0] > 0 else float("nan")
-            print(f"{_label(key):26} {gpu:11,.1f} {cpu:11,.1f} {mpi:11,.1f} {call:11,.1f} {over_proxy:12.3g} "
-                  f"{beyond:12.3g} {over_mpi:13.3g}")
+            ucx_vs_self = call / native if latency else native / call
+            # latency: what ucx adds to the call, in MPI round trips; rates: ucx / MPI
+            ucx_mpi = added[2] / mpi if latency else native / mpi
+            print(f"{_label(key):26} {gpu:11,.1f} {cpu:11,.1f} {native:11,.1f} {mpi:11,.1f} {call:11,.1f} "
+                  f"{over_proxy:12.3g} {beyond:12.3g} {over_mpi:13.3g} {ucx_vs_self:12.3g} {ucx_mpi:13.3g}")
         if args.plot:
             _plot(args.plot, ours, theirs)
     pgas.free(src)

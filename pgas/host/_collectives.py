@@ -15,7 +15,10 @@ All-reduce (``reduce``) has three algorithms:
 - ``tree``: NCCL's double binary tree (``pgas/host/_trees.py``); each tree carries half of
   the data, in pipelined chunks reduced up the tree and copied down.
 
-``auto`` picks by size and PE count (measured crossovers: docs/collectives.md).
+``auto`` picks by size and PE count (measured crossovers: docs/collectives.md). On a team
+that spans nodes, all-reduce (``auto``, or ``mpi`` anywhere), broadcast and fcollect use
+MPI's own collectives on the team's communicator (``_mpi_collectives``: measured between
+hosts, 100x faster than reading through a remote engine); a named algorithm runs pgas's own.
 ``stream`` is accepted for source compatibility; on the simulator backend these are
 synchronous. On the cuda backend every collective, after the same argument checks, runs
 the device collective of ``pgas.device`` as a one-block kernel queued on ``stream``
@@ -29,14 +32,14 @@ from ..core._checks import check_dtypes_match, check_root
 from ..core._errors import PgasValueError
 from ..core._reductions import reduce_into, reduction_ufunc
 from ..runtime._arrays import array_span, overlap
-from . import _eager
+from . import _eager, _mpi_collectives as _mpi
 from ._collective_call import (DONE, DOWN0, DOWN1, READY, RING, UP0, UP1, Call, checked_pair, no_overlap, on_gpu,
                                pull_all, repeat)
 from ._trees import double_binary_tree
 
 __all__ = ["broadcast", "fcollect", "alltoall", "reduce", "reducescatter", "ALGORITHMS"]
 
-ALGORITHMS = ("auto", "eager", "ring", "tree", "oneshot")
+ALGORITHMS = ("auto", "eager", "ring", "tree", "oneshot", "mpi")
 _TREE_CHUNK_BYTES = 1 << 20          # pipelining unit of the tree
 _ONESHOT_MAX_TRAFFIC = 4 << 20      # auto: oneshot while n_pes x bytes stays below this
 # The largest call (bytes per member) each collective runs eagerly where it can; above it
@@ -62,6 +65,9 @@ def broadcast(team, dest, src, root: int, stream=None) -> None:
         call.keep(key, _eager.runner(call, "broadcast", root))
         return
     same = np.shares_memory(d, s)
+    if _mpi.spans_nodes(call):
+        call.keep(key, _mpi.broadcast_runner(call, d, s, root, same))
+        return
     if all(call.rt.heap.reachable(pe) for pe in call.team.pes):
         call.keep(key, call.general(lambda: _shared_broadcast(call, d, s, root, same)))
         return
@@ -112,6 +118,9 @@ def fcollect(team, dest, src, stream=None) -> None:
         return
     if _runs_eager(call.rt, call.team, "fcollect", s.nbytes):
         call.keep(key, _eager.runner(call, "fcollect", None))
+        return
+    if _mpi.spans_nodes(call):
+        call.keep(key, _mpi.fcollect_runner(call, d, s))
         return
     m = s.size
     blocks = [d[rank * m:(rank + 1) * m] for rank in range(call.n)]
@@ -171,7 +180,8 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
 
     ``dest`` may be ``src`` (in place). ``algorithm``: ``auto``, ``eager`` (one round
     through staging buffers, small arrays on one node), ``ring``, ``tree`` (double binary
-    tree) or ``oneshot``. Every member gets bit-identical results.
+    tree), ``oneshot`` or ``mpi`` (MPI's own on the team's communicator; what ``auto``
+    runs on a team that spans nodes). Every member gets bit-identical results.
     """
     key = ("reduce", team, op, algorithm, id(dest), id(src))
     if type(team) is int and repeat(key, dest, src):
@@ -192,7 +202,9 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
     if on_gpu(call, f"{op}_reduce", d, s, stream=stream):
         return
     chosen = auto_algorithm(call.rt, call.team, d.nbytes) if algorithm == "auto" else algorithm
-    if chosen == "eager":
+    if chosen == "mpi":
+        call.keep(key, _mpi.reduce_runner(call, d, s, op, ufunc, in_place))
+    elif chosen == "eager":
         if not _eager.usable(call.rt, call.team, d.nbytes):
             raise PgasValueError(
                 f"{call.fn}: algorithm='eager' needs every team member's heap mapped here (one node) and at "
@@ -207,7 +219,10 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
 
 
 def auto_algorithm(rt, team, nbytes: int) -> str:
-    """What ``algorithm="auto"`` runs for an all-reduce of ``nbytes`` on ``team`` (a Team) here."""
+    """What ``algorithm="auto"`` runs for an all-reduce of ``nbytes`` on ``team`` (a Team)
+    here: MPI's on a team that spans nodes, else by size."""
+    if not all(rt.heap.reachable(pe) for pe in team.pes):
+        return "mpi"
     return choose_algorithm(nbytes, team.size, _runs_eager(rt, team, "reduce", nbytes))
 
 

@@ -8,6 +8,7 @@ from .. import __version__
 from ..core._backend import backend_name
 from ..core._env import VARIABLES, invalid_settings, setting, unknown_settings
 from ..runtime._state import runtime
+from ..wire._worker import version as ucx_version
 
 __all__ = ["info"]  # main is the pgas-info entry point, not API
 
@@ -65,8 +66,11 @@ def main(argv=None) -> int:
         return 0        # a PE other than 0: PE 0 prints for everyone
     print(f"pgas {__version__}")
     print(f"backend: {backend_name()} (PGAS_BACKEND={setting('PGAS_BACKEND')})")
-    print("transports: p2p (load/store between the PEs of a node); to PEs on other nodes: "
-          f"{setting('PGAS_REMOTE_TRANSPORT')} (PGAS_REMOTE_TRANSPORT), through the emulated NIC")
+    remote = setting("PGAS_REMOTE_TRANSPORT")
+    how = "UCX active messages" if remote == "ucx" else "through the emulated NIC"
+    print(f"transports: p2p (load/store between the PEs of a node); to PEs on other nodes: {remote} "
+          f"(PGAS_REMOTE_TRANSPORT), {how}")
+    print(f"UCX, for the ucx engine: {ucx_version()}")
     print(table or "(run it under pgasrun, e.g. pgasrun -np 4 --pes-per-node 2 pgas-info, to see the "
                    "transport from each PE to each PE)")
     print(f"symmetric heap per PE: {setting('PGAS_SYMMETRIC_SIZE')} bytes")

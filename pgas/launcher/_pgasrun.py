@@ -267,7 +267,31 @@ _PROCESS_STATES = {"T": "is stopped (SIGSTOP or Ctrl-Z)", "t": "is stopped by a 
                    "Z": "has ended", "X": "has ended", "D": "is blocked in the kernel (uninterruptible sleep)"}
 
 
-def _state_of(pe: int, processes: dict[int, tuple[int, str]]) -> str:
+class _StoppedPes:
+    """The PEs on this host seen stopped while others waited in pgas calls (looked for
+    every LOOK_S then): the stop may be undone before a failure is read (MPI's abort of
+    the failing PE continues stopped processes to end them)."""
+
+    LOOK_S = 0.5
+
+    def __init__(self):
+        self.seen: dict[int, str] = {}      # PE -> its state letter (T, t)
+        self._due = 0.0
+
+    def look(self, run_dir: str) -> None:
+        now = time.monotonic()
+        if now < self._due:
+            return
+        self._due = now + self.LOOK_S
+        if not _job.waiters(run_dir):
+            return
+        for pe, (pid, host) in _job.live_processes(run_dir).items():
+            fields = _stat_fields(f"/proc/{pid}/stat") if host == socket.gethostname() else []
+            if fields and fields[0] in ("T", "t"):
+                self.seen[pe] = fields[0]
+
+
+def _state_of(pe: int, processes: dict[int, tuple[int, str]], stopped: _StoppedPes) -> str:
     """How PE ``pe``'s process is, as far as this host can see."""
     pid, host = processes.get(pe, (None, None))
     if pid is None:
@@ -275,12 +299,13 @@ def _state_of(pe: int, processes: dict[int, tuple[int, str]]) -> str:
     if host != socket.gethostname():
         return f"is not in a pgas call (on host {host})"
     fields = _stat_fields(f"/proc/{pid}/stat")
-    if not fields:
-        return "has ended"
-    return _PROCESS_STATES.get(fields[0], "is running but not in a pgas call")
+    state = fields[0] if fields else "X"
+    if state not in ("T", "t") and pe in stopped.seen:
+        state = stopped.seen[pe]
+    return _PROCESS_STATES.get(state, "is running but not in a pgas call")
 
 
-def _where_waits_lead(run_dir: str, pe: int) -> str | None:
+def _where_waits_lead(run_dir: str, pe: int, stopped: _StoppedPes) -> str | None:
     """Follow the heartbeats from PE ``pe`` (who waits in which call for whom) to the PEs
     that hold everyone up: those the chain of waits reaches that are not waiting in a pgas
     call themselves (stopped, busy, or blocked elsewhere). A sentence naming them and the
@@ -306,7 +331,7 @@ def _where_waits_lead(run_dir: str, pe: int) -> str | None:
         while at is not None:
             chain.append(f"PE {at} (in {waits[at][0]})")
             at = reached_from[at]
-        sentences.append(f"PE {end}, which {_state_of(end, processes)}: "
+        sentences.append(f"PE {end}, which {_state_of(end, processes, stopped)}: "
                          f"{' waits for '.join(reversed(chain))} waits for PE {end}")
     return "the waits lead to " + "; and to ".join(sentences)
 
@@ -316,11 +341,13 @@ def _supervise(run: _RunProcesses, run_dir: str, timeout: float | None) -> tuple
     waiting, or at the timeout. (exit status, message)"""
     deadline = None if timeout is None else time.monotonic() + timeout
     cause = (None, None)    # (failed PE, where its waits lead)
+    stopped = _StoppedPes()
     while run.proc.poll() is None:
         run.look()
+        stopped.look(run_dir)
         failed = _job.failures(run_dir)
-        if failed:
-            cause = failed[0][1], _where_waits_lead(run_dir, failed[0][1])  # before the stop ends the heartbeats
+        if failed:   # before the stop ends the heartbeats:
+            cause = failed[0][1], _where_waits_lead(run_dir, failed[0][1], stopped)
             time.sleep(0.2)  # let the PE's own abort finish its report
             run.stop()
             break

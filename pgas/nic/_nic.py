@@ -124,10 +124,11 @@ class Nic(Responder):
             if key and key not in taken:
                 return key
 
-    def connect(self, heap: MemoryRegion, peers) -> None:
+    def connect(self, heap: MemoryRegion, peers, serve: bool = True) -> None:
         """Collective: exchange every PE's heap region (base, size, rkey) as verbs programs
-        do through their bootstrap; start the thread if any ``peers`` are reached through
-        this NIC (whoever drives it creates its queue pairs to them: ``create_qp``)."""
+        do through their bootstrap; ``peers`` are the PEs reached through this NIC (whoever
+        drives it creates its queue pairs to them, ``create_qp``). The thread starts now if
+        ``serve`` (to answer peers' requests), else at the first queue pair."""
         from mpi4py import MPI
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
             raise PgasError("the emulated NIC needs MPI_THREAD_MULTIPLE; this MPI granted less "
@@ -137,13 +138,17 @@ class Nic(Responder):
         self.peers = list(peers)
         for peer in peers:
             self._inflight[peer] = deque()    # batches to the peer, of any of its queue pairs
-        if not peers:
-            return      # every PE is load/store reachable: nothing will ever ring
+        if peers and serve:
+            self._start()
+
+    def _start(self) -> None:
+        """Start the thread (a PE whose PEs on other nodes are all reached through the ucx
+        engine never needs it)."""
         # Every hand-off between a requester, the proxy and the NIC needs the interpreter
         # lock; numba's simulator polls its threads in a loop that holds it until the
         # switch interval (5 ms) forces it out. A short interval bounds each hand-off.
         sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_S))
-        precise_sleeps()    # the thread calling init, and the simulated threads it starts later
+        precise_sleeps()    # the calling thread, and the simulated threads it starts later
         self._running = True
         self._thread = threading.Thread(target=self._serve, name=f"pgas-nic-pe{self.my_pe}", daemon=True)
         self._thread.start()
@@ -170,6 +175,8 @@ class Nic(Responder):
         see QueuePair for ``collapsed``."""
         qp = QueuePair(qpn=0x100 + len(self._by_qpn), peer=peer, collapsed=collapsed, allocate=allocate)
         self._by_qpn[qp.qpn] = qp
+        if self._thread is None:
+            self._start()
         return qp
 
     def poll(self, qp: QueuePair) -> None:

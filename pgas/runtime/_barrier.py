@@ -2,23 +2,25 @@
 and that fails on every PE when they are not all in the same collective call."""
 from __future__ import annotations
 
+import os
 import time
 
 from ..core import _job
 from ..core._env import setting
 from ..core._errors import PgasError, PgasTimeoutError
 
-__all__ = ["wait_all"]
+__all__ = ["wait_all", "wait_requests"]
 
 _BARRIER_TAG = 0x9A5  # on pgas's private communicators only
 _CALL_BYTES = 1024    # what an arrival says about the call it was made in
 _ANSWER_BYTES = 64 << 10
+_YIELDING_S = 5e-3    # how long a collective's wait tests between yields before it sleeps
 
 
-def _poll_until(requests, statuses, what: str, waiting_for, waits_for) -> None:
+def _poll_until(requests, statuses, what: str, waiting_for, waits_for, cancel: bool = True) -> None:
     """Poll ``requests`` until all complete (their ``statuses`` filled in); after
-    PGAS_TIMEOUT raise, naming ``waiting_for()``. ``waits_for()``: the PEs the wait needs,
-    for pgasrun's heartbeat."""
+    PGAS_TIMEOUT raise, naming ``waiting_for()`` (``cancel``: cancelling the receives
+    first). ``waits_for()``: the PEs the wait needs, for pgasrun's heartbeat."""
     from mpi4py import MPI
 
     timeout = setting("PGAS_TIMEOUT")
@@ -32,13 +34,27 @@ def _poll_until(requests, statuses, what: str, waiting_for, waits_for) -> None:
             heartbeat.beat(now)
         if now > deadline:
             message = f"{what}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}"
-            for request in requests:  # receives only: leave no stale match for a later barrier
+            for request in requests if cancel else ():  # receives: no stale match for a later barrier
                 if request != MPI.REQUEST_NULL and not request.Test():
                     request.Cancel()
                     request.Wait()
             raise PgasTimeoutError(message)
         time.sleep(pause)
         pause = min(pause * 2 + 1e-5, 1e-3)
+
+
+def wait_requests(requests, what: str, waiting_for, waits_for=None) -> None:
+    """Complete MPI ``requests`` (a non-blocking collective's): MPI moves them on only
+    inside its calls, so for _YIELDING_S test them between yields of the core, then back
+    off with sleeps; after PGAS_TIMEOUT raise, naming ``waiting_for()``."""
+    from mpi4py import MPI
+
+    until = time.monotonic() + _YIELDING_S
+    while not MPI.Request.Testall(requests):
+        if time.monotonic() > until:
+            _poll_until(requests, None, what, waiting_for, waits_for, cancel=False)
+            return
+        os.sched_yield()
 
 
 def _call_text(what: str, record) -> str:

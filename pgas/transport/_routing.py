@@ -54,7 +54,8 @@ class Transports:
             self._connect_gpu(boot, heap)
             return
         self.heap_region = self.nic.register(heap.views[boot.my_pe], ACCESS_REMOTE)
-        self.nic.connect(self.heap_region, self.remote)
+        # every PE chose the same transport: with ucx nobody sends this NIC anything
+        self.nic.connect(self.heap_region, self.remote, serve=self.remote_transport != "ucx")
         if self.remote:
             self.use_remote(self.remote_transport)
 

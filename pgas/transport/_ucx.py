@@ -21,6 +21,7 @@ import numpy as np
 
 from ..core import _job
 from ..core._errors import PgasError, PgasTimeoutError
+from ..core._waiting import precise_sleeps
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..wire import _target as target, _ucp as ucp
@@ -73,6 +74,7 @@ class Ucx:
     def __init__(self, nic: Nic, heap_region, timeout: float):
         self.nic = nic
         self.timeout = timeout
+        precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers)
         lib = self.worker.lib
         on_request, on_answer = target.callbacks()

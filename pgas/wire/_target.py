@@ -38,41 +38,56 @@ COLUMNS = 5
 # Operations, as the engines number them (pgas.transport._ibgda_ir)
 PUT, PUT_INLINE, GET, AMO_ADD, AMO_CAS, AMO_SWAP, AMO_AND, AMO_OR, AMO_XOR, AMO_FETCH = range(10)
 
+_RMW = {AMO_ADD: "add", AMO_SWAP: "xchg", AMO_AND: "and", AMO_OR: "or", AMO_XOR: "xor"}
+
+
 def _atomics_ir(t: str) -> str:
-    """LLVM IR of the atomics on words of type ``t`` (i32 or i64), all in int64 terms:
-    addresses and operands come in as i64, and the old value goes out zero-extended."""
+    """LLVM IR of ``apply_<t>(op, address, value, compare)``: the atomic ``op`` (the engines'
+    numbering) on the word of type ``t`` (i32 or i64) at ``address``; its old value,
+    zero-extended. Operands come in as i64."""
     narrow = (lambda name, v: f"%{name} = trunc i64 {v} to {t}") if t == "i32" else \
         (lambda name, v: f"%{name} = add i64 {v}, 0")
-    widen = "%w = zext i32 %old to i64" if t == "i32" else "%w = add i64 %old, 0"
-    align = 4 if t == "i32" else 8
-    text = "".join(f"""
-define i64 @rmw_{op}_{t}(i64 %a, i64 %v) {{
+    cases = " ".join(f"i64 {op}, label %op{op}" for op in (*_RMW, AMO_CAS, AMO_FETCH))
+    blocks = "".join(f"""
+op{op}:
+  %old{op} = atomicrmw {name} {t}* %p, {t} %v seq_cst
+  br label %done""" for op, name in _RMW.items())
+    phis = ", ".join(f"[%old{op}, %op{op}]" for op in (*_RMW, AMO_CAS, AMO_FETCH))
+    return f"""
+define i64 @apply_{t}(i64 %op, i64 %a, i64 %value, i64 %compare) {{
+entry:
   %p = inttoptr i64 %a to {t}*
-  {narrow("n", "%v")}
-  %old = atomicrmw {op} {t}* %p, {t} %n seq_cst
-  {widen}
-  ret i64 %w
-}}""" for op in _RMW_OPS)
-    return text + f"""
-define i64 @cas_{t}(i64 %a, i64 %c, i64 %v) {{
-  %p = inttoptr i64 %a to {t}*
-  {narrow("cn", "%c")}
-  {narrow("vn", "%v")}
-  %pair = cmpxchg {t}* %p, {t} %cn, {t} %vn seq_cst seq_cst
-  %old = extractvalue {{ {t}, i1 }} %pair, 0
-  {widen}
-  ret i64 %w
-}}
-define i64 @load_{t}(i64 %a) {{
-  %p = inttoptr i64 %a to {t}*
-  %old = load atomic {t}, {t}* %p seq_cst, align {align}
-  {widen}
+  {narrow("v", "%value")}
+  {narrow("c", "%compare")}
+  switch i64 %op, label %other [{cases}]
+{blocks}
+op{AMO_CAS}:
+  %pair = cmpxchg {t}* %p, {t} %c, {t} %v seq_cst seq_cst
+  %old{AMO_CAS} = extractvalue {{ {t}, i1 }} %pair, 0
+  br label %done
+op{AMO_FETCH}:
+  %old{AMO_FETCH} = load atomic {t}, {t}* %p seq_cst, align {4 if t == "i32" else 8}
+  br label %done
+other:
+  ret i64 0
+done:
+  %old = phi {t} {phis}
+  {"%w = zext i32 %old to i64" if t == "i32" else "%w = add i64 %old, 0"}
   ret i64 %w
 }}"""
 
 
-_RMW_OPS = ("add", "xchg", "and", "or", "xor")
 _ATOMICS_IR = _atomics_ir("i32") + _atomics_ir("i64") + """
+define i64 @apply_atomic(i64 %op, i64 %size, i64 %a, i64 %value, i64 %compare) {
+  %four = icmp eq i64 %size, 4
+  br i1 %four, label %narrow, label %wide
+narrow:
+  %n = call i64 @apply_i32(i64 %op, i64 %a, i64 %value, i64 %compare)
+  ret i64 %n
+wide:
+  %w = call i64 @apply_i64(i64 %op, i64 %a, i64 %value, i64 %compare)
+  ret i64 %w
+}
 define void @fence() {
   fence seq_cst
   ret void
@@ -87,13 +102,8 @@ class _Atomics:
         self._engine = compile_ir(_ATOMICS_IR)     # keeps the code alive
         address = self._engine.get_function_address
         i64 = ctypes.c_int64
-        two, three = ctypes.CFUNCTYPE(i64, i64, i64), ctypes.CFUNCTYPE(i64, i64, i64, i64)
-        self.functions = {f"rmw_{op}_{t}": two(address(f"rmw_{op}_{t}"))
-                          for t in ("i32", "i64") for op in _RMW_OPS}
-        for t in ("i32", "i64"):
-            self.functions[f"cas_{t}"] = three(address(f"cas_{t}"))
-            self.functions[f"load_{t}"] = ctypes.CFUNCTYPE(i64, i64)(address(f"load_{t}"))
-        self.functions["fence"] = ctypes.CFUNCTYPE(None)(address("fence"))
+        self.apply = ctypes.CFUNCTYPE(i64, i64, i64, i64, i64, i64)(address("apply_atomic"))
+        self.fence = ctypes.CFUNCTYPE(None)(address("fence"))
 
 
 def _build_callbacks():
@@ -102,10 +112,8 @@ def _build_callbacks():
 
     lib = ucp.load()
     send, free, memcpy = lib.ucp_am_send_nbx, lib.ucp_request_free, lib.memcpy
-    f = _get_atomics().functions
-    add4, xchg4, and4, or4, xor4 = (f[f"rmw_{op}_i32"] for op in _RMW_OPS)
-    add8, xchg8, and8, or8, xor8 = (f[f"rmw_{op}_i64"] for op in _RMW_OPS)
-    cas4, cas8, load4, load8, fence = f["cas_i32"], f["cas_i64"], f["load_i32"], f["load_i64"], f["fence"]
+    atomics = _get_atomics()
+    apply_atomic, fence = atomics.apply, atomics.fence
     access, invalid = mlx5.SYNDROME_REMOTE_ACCESS, mlx5.SYNDROME_REMOTE_INVALID
     reply_ep_field = ucp.AM_RECV_ATTR_FIELD_REPLY_EP
     signature = types.int32(types.CPointer(types.int64), types.CPointer(types.int64), types.int64, types.int64,
@@ -128,42 +136,10 @@ def _build_callbacks():
                 memcpy(raddr, data, nbytes)
         elif op == GET:
             answer_data, answer_length = raddr, nbytes
-        elif (size != 4 and size != 8) or nbytes != size or raddr % size != 0:
+        elif (size != 4 and size != 8) or nbytes != size or raddr % size != 0 or op < AMO_ADD or op > AMO_FETCH:
             syndrome = invalid
-        elif size == 4:
-            if op == AMO_ADD:
-                fetched = add4(raddr, value)
-            elif op == AMO_SWAP:
-                fetched = xchg4(raddr, value)
-            elif op == AMO_AND:
-                fetched = and4(raddr, value)
-            elif op == AMO_OR:
-                fetched = or4(raddr, value)
-            elif op == AMO_XOR:
-                fetched = xor4(raddr, value)
-            elif op == AMO_CAS:
-                fetched = cas4(raddr, h[H_COMPARE], value)
-            elif op == AMO_FETCH:
-                fetched = load4(raddr)
-            else:
-                syndrome = invalid
         else:
-            if op == AMO_ADD:
-                fetched = add8(raddr, value)
-            elif op == AMO_SWAP:
-                fetched = xchg8(raddr, value)
-            elif op == AMO_AND:
-                fetched = and8(raddr, value)
-            elif op == AMO_OR:
-                fetched = or8(raddr, value)
-            elif op == AMO_XOR:
-                fetched = xor8(raddr, value)
-            elif op == AMO_CAS:
-                fetched = cas8(raddr, h[H_COMPARE], value)
-            elif op == AMO_FETCH:
-                fetched = load8(raddr)
-            else:
-                syndrome = invalid
+            fetched = apply_atomic(op, size, raddr, value, h[H_COMPARE])
         if param[0] & reply_ep_field == 0:
             state[T_UNANSWERED] += 1       # cannot happen: every request asks for a reply endpoint
             return 0

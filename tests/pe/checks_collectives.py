@@ -10,7 +10,7 @@ DTYPES = [np.int32, np.int64, np.uint32, np.uint64, np.float16, np.float32, np.f
 NARROW_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.bool_]   # values over their whole range
 OPS = ["sum", "prod", "min", "max", "and", "or", "xor"]
 # The host algorithms are the simulator's; on cuda a host reduction is the device one (auto).
-EXPLICIT_ALGORITHMS = ["eager", "oneshot", "ring", "tree"] if on_simulator() else ["auto"]
+EXPLICIT_ALGORITHMS = ["eager", "oneshot", "ring", "tree", "mpi"] if on_simulator() else ["auto"]
 ALGORITHMS = [*EXPLICIT_ALGORITHMS, "auto"] if on_simulator() else ["auto"]
 SIZES = [1, 7, 1001, 70_001]
 
@@ -344,7 +344,7 @@ def check_collective_errors():
         pgas.reduce(world, c, c)
     pgas.free(c)
     with pytest.raises(pgas.PgasError, match=r"pgas.reduce: algorithm must be one of auto, eager, ring, tree, oneshot, "
-                                             r"got 'fast'"):
+                                             r"mpi, got 'fast'"):
         pgas.reduce(world, a, a, algorithm="fast")
     with pytest.raises(pgas.PgasError, match=r"pgas.reduce: src is not symmetric memory"):
         pgas.reduce(world, a, np.zeros(4, np.float32))
