@@ -104,11 +104,14 @@ pgas.finalize()
 
 # The proxy runs the host calls only, as put_signal_nbi and get_nbi (every form's requests
 # come from the same Transports.copy), to keep the suite short.
-@pytest.mark.parametrize("transport,in_kernels,nbi", [("ibgda", True, False), ("proxy", False, True)],
-                         ids=["ibgda", "proxy"])
-def test_a_put_and_a_get_above_2_gib_arrive_whole_across_nodes(tmp_path, clean_shm, transport, in_kernels, nbi):
+# Exactly 2 GiB used to write nothing, 2 GiB + 8 B eight bytes.
+@pytest.mark.parametrize("transport,in_kernels,nbi,nbytes", [("ibgda", True, False, (2 << 30) + 8),
+                                                             ("proxy", False, True, (2 << 30) + 8),
+                                                             ("proxy", False, False, 2 << 30)],
+                         ids=["ibgda-2GiB+8", "proxy-nbi-2GiB+8", "proxy-2GiB"])
+def test_a_put_and_a_get_above_2_gib_arrive_whole_across_nodes(tmp_path, clean_shm, transport, in_kernels, nbi,
+                                                               nbytes):
     skip_without_remote_transport()
-    nbytes = 2 * (1 << 30) + 8                  # two full pieces and 8 bytes
     script = tmp_path / "large.py"
     script.write_text(LARGE)
     proc = pgasrun(2, "python", str(script), str(nbytes), "1" if in_kernels else "0", "1" if nbi else "0",
