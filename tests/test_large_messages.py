@@ -105,10 +105,17 @@ pgas.finalize()
 # The proxy runs the host calls only, as put_signal_nbi and get_nbi (every form's requests
 # come from the same Transports.copy), to keep the suite short.
 # Exactly 2 GiB used to write nothing, 2 GiB + 8 B eight bytes.
+# The ucx engine's data travels eager up to a threshold of UCX's (5 KiB between emulated
+# nodes), by rendezvous above it: sizes on both sides, and two 1 GiB rendezvous pieces.
 @pytest.mark.parametrize("transport,in_kernels,nbi,nbytes", [("ibgda", True, False, (2 << 30) + 8),
                                                              ("proxy", False, True, (2 << 30) + 8),
-                                                             ("proxy", False, False, 2 << 30)],
-                         ids=["ibgda-2GiB+8", "proxy-nbi-2GiB+8", "proxy-2GiB"])
+                                                             ("proxy", False, False, 2 << 30),
+                                                             ("ucx", False, False, (2 << 30) + 8),
+                                                             ("ucx", True, True, 4096),
+                                                             ("ucx", True, False, 6000),
+                                                             ("ucx", True, True, 64 << 20)],
+                         ids=["ibgda-2GiB+8", "proxy-nbi-2GiB+8", "proxy-2GiB", "ucx-2GiB+8", "ucx-nbi-4KiB",
+                              "ucx-6000B", "ucx-nbi-64MiB"])
 def test_a_put_and_a_get_above_2_gib_arrive_whole_across_nodes(tmp_path, clean_shm, transport, in_kernels, nbi,
                                                                nbytes):
     skip_without_remote_transport()

@@ -120,8 +120,9 @@ pgas.barrier_all()
 if me == 0:
     remote = nic.remote[1]
     local = mine.__array_interface__["data"][0]
-    def refused(why, op, raddr, nbytes=8, lkey=heap_lkey, size=8):
-        ticket = px.submit("forged", op, 1, raddr, laddr=local, lkey=lkey, nbytes=nbytes, size=size)
+    big = np.ones(1 << 20, np.uint8)      # large enough that UCX sends it by rendezvous
+    def refused(why, op, raddr, nbytes=8, lkey=heap_lkey, size=8, laddr=local):
+        ticket = px.submit("forged", op, 1, raddr, laddr=laddr, lkey=lkey, nbytes=nbytes, size=size)
         try:
             px.wait("forged", ticket)
         except pgas.PgasError as e:
@@ -131,6 +132,9 @@ if me == 0:
         raise AssertionError(f"not refused: {why}")
     refused("remote access error", proxy.PUT, remote.base + remote.size - 8, nbytes=64)   # runs past the end
     refused("remote access error", proxy.PUT, remote.base - 64, nbytes=64)               # below the heap
+    if rt.transports.remote_transport == "ucx":
+        refused("remote access error", proxy.PUT, remote.base + remote.size - 64, nbytes=big.nbytes,
+                laddr=big.ctypes.data)                                                      # a large one too
     refused("remote access error", proxy.GET, remote.base + remote.size, nbytes=8)
     refused("remote access error", proxy.AMO_ADD, remote.base + remote.size)
     refused("remote invalid request", proxy.AMO_ADD, remote.base + offset + 4)          # misaligned
@@ -138,6 +142,8 @@ if me == 0:
         refused("local protection error", proxy.PUT, remote.base + offset, lkey=heap_lkey ^ 0x77)
     nic.remote[1] = RemoteRegion(remote.base, remote.size, remote.rkey ^ 0x5A5A)         # a forged rkey
     refused("remote access error", proxy.PUT, remote.base + offset, nbytes=64)
+    if rt.transports.remote_transport == "ucx":
+        refused("remote access error", proxy.PUT, remote.base, nbytes=big.nbytes, laddr=big.ctypes.data)
     nic.remote[1] = remote
     px.submit("forged", proxy.PUT, 1, remote.base + remote.size, laddr=local, lkey=heap_lkey, nbytes=8,
               waited=False)                                                            # non-blocking: at quiet

@@ -91,7 +91,7 @@ def init(comm=None, *, mpi_comm=None, initializer_method=None, device=None) -> N
         rt = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
         rt.transports = Transports(boot, heap, timeout, on_nic_failure=_failure.end_job_for_nic)
         # the fast path of small same-node put/get skips the argument checks of PGAS_DEBUG
-        rt.direct = None if heap.device_arrays or debug else DirectCopies(heap)
+        rt.direct = None if heap.device_arrays or debug else DirectCopies(heap, rt.transports.fast_copy)
     except Exception:
         heap.close()
         raise

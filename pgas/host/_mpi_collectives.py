@@ -30,9 +30,11 @@ def spans_nodes(call) -> bool:
     return not all(heap.reachable(pe) for pe in call.team.pes)
 
 
-def _wait(call, requests) -> None:
+def _wait(call, requests, nbytes: int) -> None:
+    """Complete ``requests``, which move ``nbytes`` in all."""
     others = [pe for rank, pe in enumerate(call.team.pes) if rank != call.me]
-    wait_requests(requests, call.fn, lambda: f"the other members of the team (PEs {others})", lambda: others)
+    wait_requests(requests, call.fn, lambda: f"the other members of the team (PEs {others})", lambda: others,
+                  nbytes)
 
 
 def reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: bool):
@@ -49,12 +51,12 @@ def reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: 
         source = MPI.IN_PLACE if in_place else s
 
         def run():
-            _wait(call, [comm.Iallreduce(source, d, op=mpi_op)])
+            _wait(call, [comm.Iallreduce(source, d, op=mpi_op)], 2 * d.nbytes)
         return run
     gathered = np.empty((call.n, s.size), s.dtype)
 
     def run():
-        _wait(call, [comm.Iallgather(s, gathered)])
+        _wait(call, [comm.Iallgather(s, gathered)], gathered.nbytes)
         reduce_into(d, list(gathered), ufunc)
     return run
 
@@ -64,12 +66,12 @@ def broadcast_runner(call, d: np.ndarray, s: np.ndarray, root: int, same: bool):
     def run():
         if call.me == root and not same:
             np.copyto(d, s)
-        _wait(call, [call.team.comm.Ibcast(d, root=root)])
+        _wait(call, [call.team.comm.Ibcast(d, root=root)], d.nbytes)
     return run
 
 
 def fcollect_runner(call, d: np.ndarray, s: np.ndarray):
     """Every member's ``s`` into ``d``, in team-rank order."""
     def run():
-        _wait(call, [call.team.comm.Iallgather(s, d)])
+        _wait(call, [call.team.comm.Iallgather(s, d)], d.nbytes)
     return run

@@ -14,7 +14,8 @@ __all__ = ["wait_all", "wait_requests"]
 _BARRIER_TAG = 0x9A5  # on pgas's private communicators only
 _CALL_BYTES = 1024    # what an arrival says about the call it was made in
 _ANSWER_BYTES = 64 << 10
-_YIELDING_S = 5e-3    # how long a collective's wait tests between yields before it sleeps
+_YIELDING_S = 5e-3    # how long a collective's wait tests between yields before it sleeps,
+_YIELDING_S_PER_BYTE = 2e-9     # and longer by this for each byte it moves (0.5 GB/s)
 
 
 def _poll_until(requests, statuses, what: str, waiting_for, waits_for, cancel: bool = True) -> None:
@@ -43,13 +44,15 @@ def _poll_until(requests, statuses, what: str, waiting_for, waits_for, cancel: b
         pause = min(pause * 2 + 1e-5, 1e-3)
 
 
-def wait_requests(requests, what: str, waiting_for, waits_for=None) -> None:
-    """Complete MPI ``requests`` (a non-blocking collective's): MPI moves them on only
-    inside its calls, so for _YIELDING_S test them between yields of the core, then back
-    off with sleeps; after PGAS_TIMEOUT raise, naming ``waiting_for()``."""
+def wait_requests(requests, what: str, waiting_for, waits_for=None, nbytes: int = 0) -> None:
+    """Complete MPI ``requests`` (a non-blocking collective's, moving ``nbytes``): MPI moves
+    them on only inside its calls, so for as long as the bytes could take on a slow wire
+    test them between yields of the core (a sleeping waiter would stall a large transfer
+    between its tests), then back off with sleeps; after PGAS_TIMEOUT raise, naming
+    ``waiting_for()``."""
     from mpi4py import MPI
 
-    until = time.monotonic() + _YIELDING_S
+    until = time.monotonic() + _YIELDING_S + nbytes * _YIELDING_S_PER_BYTE
     while not MPI.Request.Testall(requests):
         if time.monotonic() > until:
             _poll_until(requests, None, what, waiting_for, waits_for, cancel=False)

@@ -7,8 +7,9 @@ here; same-dtype C-contiguous numpy arrays, or the simulator's device arrays aro
 that fit) is one copy: a ``memmove`` (cffi's) to or from the peer's mapping at the
 symmetric array's heap offset, which is cached by array object; when the same object comes
 again with up to 1 MiB, a numpy assignment into a view of the peer's copy (made once, kept
-with the offset), which costs less than the ``memmove`` call. Anything else returns False
-and takes the general path, which checks everything and raises the errors: this module
+with the offset), which costs less than the ``memmove`` call. To a PE on another node the
+same call goes to ``remote`` (the ucx engine's blocking copy, ``Transports.fast_copy``),
+skipping the same checks. Anything else returns False and takes the general path, which checks everything and raises the errors: this module
 never decides an error, it only skips work.
 """
 from __future__ import annotations
@@ -33,7 +34,10 @@ def _simulator_array_type():
 class DirectCopies:
     """Contiguous copies between this PE and the PEs whose heaps are mapped here."""
 
-    def __init__(self, heap):
+    def __init__(self, heap, remote=None):
+        # remote(pe, offset, local, to_peer): the same copy with a PE on another node, done
+        # at once by its engine when that engine has a fast path (then True)
+        self._remote = remote
         # each PE's heap as a char pointer, None where not mapped (the heap keeps the mappings)
         self._peers = [None if base is None else _ffi.cast("char *", base) for base in heap.bases]
         self._base = self._peers[heap.my_pe]
@@ -80,10 +84,12 @@ class DirectCopies:
         """The copy of a first call on ``sym``, of another shape, or a large one: a memmove at its offset."""
         known = self._entry(sym)
         local = local._ary if type(local) is self._wrapper else local
-        if (known is None or type(pe) is not int or pe < 0 or pe >= len(self._peers) or self._peers[pe] is None
+        if (known is None or type(pe) is not int or pe < 0 or pe >= len(self._peers)
                 or type(local) is not np.ndarray or local.dtype != known[1] or local.size > known[3].size
                 or not local.flags.c_contiguous or not (to_peer or local.flags.writeable)):
             return False
+        if self._peers[pe] is None:
+            return self._remote is not None and self._remote(pe, known[4], local, to_peer)
         if to_peer:
             _ffi.memmove(self._peers[pe] + known[4], local, local.nbytes)
         else:
@@ -105,7 +111,7 @@ class DirectCopies:
         if theirs is None:
             theirs = self._view(known, pe)
             if theirs is None:
-                return False
+                return self._remote is not None and self._remote(pe, known[4], local, True)
         theirs[...] = local
         return True
 
@@ -121,6 +127,6 @@ class DirectCopies:
         if theirs is None:
             theirs = self._view(known, pe)
             if theirs is None:
-                return False
+                return self._remote is not None and self._remote(pe, known[4], local, False)
         local[...] = theirs
         return True

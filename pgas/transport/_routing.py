@@ -202,6 +202,17 @@ class Transports:
                 if temporary is not None:
                     self.nic.deregister(temporary)
 
+    def fast_copy(self, pe: int, offset: int, local: np.ndarray, to_peer: bool) -> bool:
+        """The small-call fast path (``DirectCopies``) to PE ``pe`` on another node: contiguous
+        ``local`` into (``to_peer``) or out of PE ``pe``'s heap at ``offset``, complete on
+        return, when its engine has a blocking copy of its own (ucx); else False."""
+        if self.kinds[pe] != "ucx" or local.nbytes > mlx5.MAX_MESSAGE:
+            return False
+        fn = "pgas.put" if to_peer else "pgas.get"
+        self.engine.copy_now(fn, pe, self.nic.remote[pe].base + offset, local.__array_interface__["data"][0],
+                             local.nbytes, to_peer)
+        return True
+
     def read(self, fn: str, pe: int, local: np.ndarray, what: str) -> np.ndarray:
         """PE ``pe``'s copy of contiguous symmetric ``local``: a view where mapped, else fetched."""
         if not self._remote(fn, pe):

@@ -42,7 +42,8 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >> 63 else value
 
 
-def _native_post(lib):
+def _native_code(lib):
+    """(post, first_unanswered), compiled on first use."""
     from numba import njit
 
     send, free = lib.ucp_am_send_nbx, lib.ucp_request_free
@@ -64,7 +65,16 @@ def _native_post(lib):
             return 0
         return request
 
-    return post
+    @njit(nogil=True, cache=False)
+    def first_unanswered(done, first, last):
+        """The first ticket in [first, last) whose answer has not come (``last`` if none)."""
+        capacity = done.shape[0]
+        for ticket in range(first, last):
+            if done[ticket % capacity] < ticket + 1:
+                return ticket
+        return last
+
+    return post, first_unanswered
 
 
 class Ucx:
@@ -75,23 +85,28 @@ class Ucx:
         self.nic = nic
         self.timeout = timeout
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
-        self.worker = Worker(nic.comm, nic.my_pe, nic.peers)
+        self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
         lib = self.worker.lib
-        on_request, on_answer = target.callbacks()
-        self._post = _native_post(lib)
-        # the target: this PE's heap, and how answers are sent (eager, header copied)
+        on_request, on_answer, on_put_received, on_get_received = target.callbacks()
+        self._post, self._first_unanswered = _native_code(lib)
+        # the target: this PE's heap, how answers are sent (header copied), where rendezvous
+        # data is received
         self.target_state = np.zeros(target.TARGET_WORDS, np.int64)
-        self._answer_params = self._params(ucp.AM_SEND_FLAG_EAGER | ucp.AM_SEND_FLAG_COPY_HEADER)
-        self.target_state[[target.T_BASE, target.T_SIZE, target.T_RKEY, target.T_ANSWER_PARAMS, target.T_SELF]] = (
+        self._answer_params = self._params(ucp.AM_SEND_FLAG_COPY_HEADER)
+        self._put_receive_params = self._params(0, on_put_received, self.target_state)
+        self.target_state[[target.T_BASE, target.T_SIZE, target.T_RKEY, target.T_ANSWER_PARAMS, target.T_SELF,
+                           target.T_WORKER, target.T_RECEIVE_PARAMS]] = (
             heap_region.base, heap_region.size, heap_region.rkey, self._answer_params.ctypes.data,
-            self.target_state.ctypes.data)
-        # the requester: the ring (capacity, then its columns) and the request headers
-        self.ring = np.zeros(1 + target.COLUMNS * CAPACITY, np.int64)
-        self.ring[0] = CAPACITY
-        self.columns = self.ring[1:].reshape(target.COLUMNS, CAPACITY)
+            self.target_state.ctypes.data, self.worker.handle, self._put_receive_params.ctypes.data)
+        # the requester: the ring (its header, then its columns) and the request headers
+        self.ring = np.zeros(target.RING_HEADER + target.COLUMNS * CAPACITY, np.int64)
+        self._get_receive_params = self._params(0, on_get_received, self.ring)
+        self.ring[[target.R_CAPACITY, target.R_WORKER, target.R_RECEIVE_PARAMS, target.R_SELF]] = (
+            CAPACITY, self.worker.handle, self._get_receive_params.ctypes.data, self.ring.ctypes.data)
+        self.columns = self.ring[target.RING_HEADER:].reshape(target.COLUMNS, CAPACITY)
         self.headers = np.zeros((CAPACITY, target.REQUEST_WORDS), np.int64)
-        self._request_params = self._params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_EAGER
-                                            | ucp.AM_SEND_FLAG_COPY_HEADER)
+        # UCX picks eager or rendezvous by size (UCX_RNDV_THRESH)
+        self._request_params = self._params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
         self._waited = np.zeros(CAPACITY, bool)
         self._requests = [None] * CAPACITY        # (op, pe, raddr, nbytes) of each slot, for errors
         self._next = self._freed = 0
@@ -110,11 +125,15 @@ class Ucx:
             self.wait("pgas.init", self.submit("pgas.init", target.GET, pe, self.nic.remote[pe].base))
 
     @staticmethod
-    def _params(flags: int) -> np.ndarray:
-        """A ``ucp_request_param_t`` asking for ``flags``, kept in a numpy array."""
+    def _params(flags: int, completion=None, user_data: np.ndarray | None = None) -> np.ndarray:
+        """A ``ucp_request_param_t`` asking for ``flags`` (and, for a receive, calling cfunc
+        ``completion`` with ``user_data``'s address), kept in a numpy array."""
         params = np.zeros(ucp.ctypes.sizeof(ucp.RequestParams), np.uint8)
         struct = ucp.RequestParams.from_buffer(params)
         struct.op_attr_mask, struct.flags = ucp.OP_ATTR_FIELD_FLAGS, flags
+        if completion is not None:
+            struct.op_attr_mask |= ucp.OP_ATTR_FIELD_CALLBACK | ucp.OP_ATTR_FIELD_USER_DATA
+            struct.cb, struct.user_data = completion.address, user_data.ctypes.data
         return params
 
     def close(self) -> None:
@@ -148,6 +167,11 @@ class Ucx:
         if status:
             raise PgasError(f"{fn}: UCX could not send the {OP_NAMES[op]} to PE {pe} (ucs_status_t {status})")
         return ticket
+
+    def copy_now(self, fn: str, pe: int, raddr: int, laddr: int, nbytes: int, to_peer: bool) -> None:
+        """A contiguous put (``to_peer``) or get of ``nbytes`` at ``laddr``, complete on return."""
+        self.wait(fn, self.submit(fn, target.PUT if to_peer else target.GET, pe, raddr, laddr=laddr, nbytes=nbytes))
+        self.raise_failures(fn)
 
     def _reclaim(self) -> int:
         """Free done slots nobody waits for (under the reserve lock), keeping their failures."""
@@ -208,7 +232,11 @@ class Ucx:
         request nobody waited for."""
         last = self._next
         deadline = time.monotonic() + self.timeout
-        for ticket in range(self._freed, last):     # some may still be being sent by their threads
+        done = self.columns[target.C_DONE]
+        ticket = self._freed
+        # many threads may quiet at once: each skips what is answered in one native scan
+        while (ticket := self._first_unanswered(done, ticket, last)) < last:
+            # (some may still be being sent by their threads)
             self._wait_done(fn, ticket, deadline, f"the answers of {last - ticket} operations to PEs on other "
                                                   "nodes", self._peer_of(ticket))
         with self._reserve:

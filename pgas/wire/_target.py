@@ -11,7 +11,12 @@ loads, stores and atomics of same-node PEs on it.
 
 Messages: a request is a header of ``REQUEST_WORDS`` int64 words (ticket, operation,
 size, rkey, remote address, bytes, value, compare) and, for a put, its data; an answer is
-``ANSWER_WORDS`` words (ticket, syndrome, fetched value) and, for a get, the data.
+``ANSWER_WORDS`` words (ticket, syndrome, fetched value) and, for a get, the data. UCX
+carries small data inline (eager) and large data by rendezvous: the handler then receives
+it straight into its place (the target's heap, the requester's buffer) with
+``ucp_am_recv_data_nbx``, and the answer (or the done mark) follows when it has landed.
+A receive in flight keeps its ticket (and the target its reply endpoint) in the UCX
+request's own user area (``REQUEST_USER_BYTES``, asked for at ``ucp_init``).
 """
 from __future__ import annotations
 
@@ -21,17 +26,25 @@ from ..core._llvm import built_once, compile_ir
 from ..nic import _mlx5 as mlx5
 from . import _ucp as ucp
 
-__all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "TARGET_WORDS", "COLUMNS", "callbacks"]
+__all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "TARGET_WORDS", "RING_HEADER", "COLUMNS",
+           "REQUEST_USER_BYTES", "callbacks"]
 
 AM_REQUEST, AM_ANSWER = 0x50, 0x51
 REQUEST_WORDS, ANSWER_WORDS = 8, 3
 H_TICKET, H_OP, H_SIZE, H_RKEY, H_RADDR, H_NBYTES, H_VALUE, H_COMPARE = range(REQUEST_WORDS)
+REQUEST_USER_BYTES = 16      # a receive in flight: its ticket, and (target) the endpoint to answer on
 # The target's state (int64 words): the heap's base, size and rkey; the parameters of answers;
-# the state's own address; refusals it could not answer; then an answer header being written.
-T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_UNANSWERED, T_ANSWER = 0, 1, 2, 3, 4, 5, 8
-TARGET_WORDS = T_ANSWER + ANSWER_WORDS
-# The requester's ring (int64 words): its capacity, then one row per column: a slot's done
-# mark (its ticket + 1), fetched value, syndrome, where a get's data lands, its operation.
+# the state's own address; refusals it could not answer; the worker; the parameters of
+# rendezvous receives; an answer header being written; a receive's ticket and reply endpoint.
+T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_UNANSWERED, T_WORKER, T_RECEIVE_PARAMS = range(8)
+T_ANSWER = 8
+T_PENDING = T_ANSWER + ANSWER_WORDS
+TARGET_WORDS = T_PENDING + 2
+# The requester's ring (int64 words): its capacity, worker, parameters of rendezvous receives,
+# its own address, a receive's ticket; then one row per column: a slot's done mark (its
+# ticket + 1), fetched value, syndrome, where a get's data lands, its operation.
+R_CAPACITY, R_WORKER, R_RECEIVE_PARAMS, R_SELF, R_PENDING = range(5)
+RING_HEADER = 5
 C_DONE, C_RESULT, C_SYNDROME, C_LADDR, C_OP = range(5)
 COLUMNS = 5
 
@@ -107,69 +120,114 @@ class _Atomics:
 
 
 def _build_callbacks():
-    """(on_request, on_answer): the two active-message handlers, compiled."""
-    from numba import carray, cfunc, types
+    """(on_request, on_answer, on_put_received, on_get_received): the active-message
+    handlers and the completions of their rendezvous receives, compiled."""
+    from numba import carray, cfunc, njit, types
 
     lib = ucp.load()
-    send, free, memcpy = lib.ucp_am_send_nbx, lib.ucp_request_free, lib.memcpy
+    send, receive, free, memcpy = lib.ucp_am_send_nbx, lib.ucp_am_recv_data_nbx, lib.ucp_request_free, lib.memcpy
     atomics = _get_atomics()
     apply_atomic, fence = atomics.apply, atomics.fence
     access, invalid = mlx5.SYNDROME_REMOTE_ACCESS, mlx5.SYNDROME_REMOTE_INVALID
-    reply_ep_field = ucp.AM_RECV_ATTR_FIELD_REPLY_EP
-    signature = types.int32(types.CPointer(types.int64), types.CPointer(types.int64), types.int64, types.int64,
-                            types.int64, types.CPointer(types.int64))
+    reply_ep_field, rendezvous = ucp.AM_RECV_ATTR_FIELD_REPLY_EP, ucp.AM_RECV_ATTR_FLAG_RNDV
+    handler = types.int32(types.CPointer(types.int64), types.CPointer(types.int64), types.int64, types.int64,
+                          types.int64, types.CPointer(types.int64))
+    completion = types.void(types.int64, types.int32, types.int64, types.CPointer(types.int64))
 
-    @cfunc(signature, nopython=True)
+    @njit(nogil=True)
+    def answer(state, reply_ep, ticket, syndrome, fetched, data, length):
+        """Send the answer to request ``ticket`` (with ``length`` bytes at ``data``)."""
+        state[T_ANSWER], state[T_ANSWER + 1], state[T_ANSWER + 2] = ticket, syndrome, fetched
+        request = send(reply_ep, AM_ANSWER, state[T_SELF] + 8 * T_ANSWER, 8 * ANSWER_WORDS, data, length,
+                       state[T_ANSWER_PARAMS])
+        if request > 0:
+            free(request)                  # UCX completes it; the heap outlives it
+        elif request < 0:
+            state[T_UNANSWERED] += 1
+
+    @cfunc(handler, nopython=True)
     def on_request(arg, header, header_length, data, length, param):
         state = carray(arg, (TARGET_WORDS,))
         h = carray(header, (REQUEST_WORDS,))
         op, size, raddr, nbytes, value = h[H_OP], h[H_SIZE], h[H_RADDR], h[H_NBYTES], h[H_VALUE]
         syndrome, fetched, answer_data, answer_length = 0, 0, 0, 0
         base, heap_size = state[T_BASE], state[T_SIZE]
+        if param[0] & reply_ep_field == 0:
+            state[T_UNANSWERED] += 1       # cannot happen: every request asks for a reply endpoint
+            return 0
         if h[H_RKEY] != state[T_RKEY] or nbytes < 0 or nbytes > heap_size or raddr < base \
                 or raddr - base > heap_size - nbytes:
-            syndrome = access
+            syndrome = access              # (rendezvous data not received is dropped by UCX)
         elif op == PUT or op == PUT_INLINE:
             if length != nbytes:
                 syndrome = invalid
-            else:
+            elif param[0] & rendezvous == 0:
                 memcpy(raddr, data, nbytes)
+            else:                          # straight into the heap; answered when it has landed
+                request = receive(state[T_WORKER], data, raddr, nbytes, state[T_RECEIVE_PARAMS])
+                if request > 0:
+                    state[T_PENDING], state[T_PENDING + 1] = h[H_TICKET], param[1]
+                    memcpy(request, state[T_SELF] + 8 * T_PENDING, REQUEST_USER_BYTES)
+                    return 0
+                if request < 0:
+                    syndrome = invalid
         elif op == GET:
             answer_data, answer_length = raddr, nbytes
         elif (size != 4 and size != 8) or nbytes != size or raddr % size != 0 or op < AMO_ADD or op > AMO_FETCH:
             syndrome = invalid
         else:
             fetched = apply_atomic(op, size, raddr, value, h[H_COMPARE])
-        if param[0] & reply_ep_field == 0:
-            state[T_UNANSWERED] += 1       # cannot happen: every request asks for a reply endpoint
-            return 0
-        state[T_ANSWER] = h[H_TICKET]
-        state[T_ANSWER + 1] = syndrome
-        state[T_ANSWER + 2] = fetched
-        request = send(param[1], AM_ANSWER, state[T_SELF] + 8 * T_ANSWER, 8 * ANSWER_WORDS, answer_data,
-                       answer_length, state[T_ANSWER_PARAMS])
-        if request > 0:
-            free(request)                  # UCX completes it; the heap outlives it
-        elif request < 0:
-            state[T_UNANSWERED] += 1
+        answer(state, param[1], h[H_TICKET], syndrome, fetched, answer_data, answer_length)
         return 0
 
-    @cfunc(signature, nopython=True)
+    @cfunc(completion, nopython=True)
+    def on_put_received(request, status, length, arg):
+        state = carray(arg, (TARGET_WORDS,))
+        memcpy(state[T_SELF] + 8 * T_PENDING, request, REQUEST_USER_BYTES)
+        free(request)
+        answer(state, state[T_PENDING + 1], state[T_PENDING], 0 if status == 0 else invalid, 0, 0, 0)
+
+    @njit(nogil=True)
+    def land(ring, capacity, ticket, syndrome, result):
+        """Request ``ticket`` is answered: its result and syndrome, then its done mark."""
+        slot = ticket % capacity
+        ring[RING_HEADER + C_RESULT * capacity + slot] = result
+        ring[RING_HEADER + C_SYNDROME * capacity + slot] = syndrome
+        fence()                         # the data and the result before the done mark
+        ring[RING_HEADER + C_DONE * capacity + slot] = ticket + 1
+
+    @cfunc(handler, nopython=True)
     def on_answer(arg, header, header_length, data, length, param):
         h = carray(header, (ANSWER_WORDS,))
-        capacity = arg[0]
-        ring = carray(arg, (1 + COLUMNS * capacity,))
+        capacity = arg[R_CAPACITY]
+        ring = carray(arg, (RING_HEADER + COLUMNS * capacity,))
         ticket = h[0]
         slot = ticket % capacity
-        if h[1] == 0 and ring[1 + C_OP * capacity + slot] == GET and length > 0:
-            memcpy(ring[1 + C_LADDR * capacity + slot], data, length)
-        ring[1 + C_RESULT * capacity + slot] = h[2]
-        ring[1 + C_SYNDROME * capacity + slot] = h[1]
-        fence()                         # the data and the result before the done mark
-        ring[1 + C_DONE * capacity + slot] = ticket + 1
+        syndrome = h[1]
+        if syndrome == 0 and ring[RING_HEADER + C_OP * capacity + slot] == GET and length > 0:
+            laddr = ring[RING_HEADER + C_LADDR * capacity + slot]
+            if param[0] & rendezvous == 0:
+                memcpy(laddr, data, length)
+            else:                       # straight into the caller's buffer; done when it has landed
+                request = receive(ring[R_WORKER], data, laddr, length, ring[R_RECEIVE_PARAMS])
+                if request > 0:
+                    ring[R_PENDING] = ticket
+                    memcpy(request, ring[R_SELF] + 8 * R_PENDING, 8)
+                    return 0
+                if request < 0:
+                    syndrome = invalid
+        land(ring, capacity, ticket, syndrome, h[2])
         return 0
 
-    return on_request, on_answer
+    @cfunc(completion, nopython=True)
+    def on_get_received(request, status, length, arg):
+        capacity = arg[R_CAPACITY]
+        ring = carray(arg, (RING_HEADER + COLUMNS * capacity,))
+        memcpy(ring[R_SELF] + 8 * R_PENDING, request, 8)
+        free(request)
+        land(ring, capacity, ring[R_PENDING], 0 if status == 0 else invalid, 0)
+
+    return on_request, on_answer, on_put_received, on_get_received
 
 
 _get_atomics = built_once(_Atomics)

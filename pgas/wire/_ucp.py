@@ -25,15 +25,15 @@ API_MAJOR, API_MINOR = 1, 12        # the oldest API whose structs hold every fi
 UCS_OK, UCS_INPROGRESS, UCS_ERR_BUSY = 0, 1, -15
 UCS_THREAD_MODE_MULTI = 2
 
-PARAM_FIELD_FEATURES, PARAM_FIELD_ESTIMATED_NUM_EPS = 1 << 0, 1 << 6
+PARAM_FIELD_FEATURES, PARAM_FIELD_REQUEST_SIZE, PARAM_FIELD_ESTIMATED_NUM_EPS = 1 << 0, 1 << 1, 1 << 6
 FEATURE_AM, FEATURE_WAKEUP = 1 << 6, 1 << 4
 WORKER_PARAM_FIELD_THREAD_MODE = 1 << 0
 EP_PARAM_FIELD_REMOTE_ADDRESS, EP_PARAM_FIELD_ERR_HANDLING_MODE = 1 << 0, 1 << 1
 ERR_HANDLING_MODE_NONE = 0
 
-OP_ATTR_FIELD_FLAGS = 1 << 4
+OP_ATTR_FIELD_CALLBACK, OP_ATTR_FIELD_USER_DATA, OP_ATTR_FIELD_FLAGS = 1 << 1, 1 << 2, 1 << 4
 AM_FLAG_WHOLE_MSG = 1 << 0
-AM_SEND_FLAG_REPLY, AM_SEND_FLAG_EAGER, AM_SEND_FLAG_COPY_HEADER = 1 << 0, 1 << 1, 1 << 3
+AM_SEND_FLAG_REPLY, AM_SEND_FLAG_COPY_HEADER = 1 << 0, 1 << 3
 AM_RECV_ATTR_FIELD_REPLY_EP, AM_RECV_ATTR_FLAG_RNDV = 1 << 0, 1 << 17
 AM_HANDLER_PARAM_FIELDS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3)      # id, flags, cb, arg
 
@@ -93,6 +93,7 @@ _DECLARATIONS = {            # name: (result, arguments)
     "ucp_worker_arm": (_int, (_P,)),
     "ucp_worker_signal": (_int, (_P,)),
     "ucp_am_send_nbx": (_P, (_P, _uint, _P, _P, _P, _P, _P)),
+    "ucp_am_recv_data_nbx": (_P, (_P, _P, _P, _P, _P)),
     "ucp_request_check_status": (_int, (_P,)),
     "ucp_request_free": (None, (_P,)),
 }

@@ -81,9 +81,10 @@ def _native_loops(lib):
 class Worker:
     """A UCP worker with active messages, connected to ``peers`` (PE numbers) through
     ``comm`` (collective over it). ``handle(id, callback, arg)`` installs a handler before
-    ``start``; ``endpoints[pe]`` is the handle to send to PE ``pe``."""
+    ``start``; ``endpoints[pe]`` is the handle to send to PE ``pe``. Every UCX request of
+    the worker has ``request_bytes`` of its own for the caller (at the request's handle)."""
 
-    def __init__(self, comm, my_pe: int, peers):
+    def __init__(self, comm, my_pe: int, peers, request_bytes: int = 0):
         self.lib = lib = ucp.load()
         self.my_pe = my_pe
         hosts = comm.allgather(socket.gethostname())
@@ -94,8 +95,9 @@ class Worker:
             # network namespaces of one machine look like one node to UCX: its shared memory
             # would carry the data while its wake-ups (per namespace) never arrive.
             ucp.check(lib.ucp_config_modify(config.value, b"TLS", b"^shm"), "ucp_config_modify")
-        params = ucp.Params(field_mask=ucp.PARAM_FIELD_FEATURES | ucp.PARAM_FIELD_ESTIMATED_NUM_EPS,
-                            features=ucp.FEATURE_AM | ucp.FEATURE_WAKEUP, estimated_num_eps=comm.Get_size())
+        params = ucp.Params(field_mask=ucp.PARAM_FIELD_FEATURES | ucp.PARAM_FIELD_ESTIMATED_NUM_EPS
+                            | ucp.PARAM_FIELD_REQUEST_SIZE, features=ucp.FEATURE_AM | ucp.FEATURE_WAKEUP,
+                            estimated_num_eps=comm.Get_size(), request_size=request_bytes)
         context = ctypes.c_int64()
         status = lib.ucp_init_version(ucp.API_MAJOR, ucp.API_MINOR, ctypes.addressof(params), config.value,
                                       ctypes.addressof(context))
