@@ -32,9 +32,9 @@ def spans_nodes(call) -> bool:
 
 def _wait(call, requests, nbytes: int) -> None:
     """Complete ``requests``, which move ``nbytes`` in all."""
-    others = [pe for rank, pe in enumerate(call.team.pes) if rank != call.me]
-    wait_requests(requests, call.fn, lambda: f"the other members of the team (PEs {others})", lambda: others,
-                  nbytes)
+    def others():
+        return [pe for rank, pe in enumerate(call.team.pes) if rank != call.me]
+    wait_requests(requests, call.fn, lambda: f"the other members of the team (PEs {others()})", others, nbytes)
 
 
 def reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: bool):
