@@ -2,7 +2,7 @@
 posted by the calling thread and answered by the target's native handler.
 
 ``submit`` writes the request's header into its ring slot and sends it (one native call,
-``ucp_am_send_nbx``, without the interpreter lock); the target's progress thread (or any
+``ucp_am_send_nbx``); the target's progress thread (or any
 of its threads that progresses the worker) checks and applies it in native code and
 answers; the answer lands (a get's data at its address, a fetched value in the slot) and
 marks the slot done. ``wait`` progresses the worker itself, yielding the core, and sleeps
@@ -48,7 +48,10 @@ def _native_code(lib):
 
     send, free = lib.ucp_am_send_nbx, lib.ucp_request_free
 
-    @njit(nogil=True, cache=False)
+    # The requester's native calls keep the interpreter lock (they are short): numba's
+    # simulator polls its threads in a loop that holds the lock, so a simulated thread that
+    # let it go would wait the switch interval (5 ms) to get it back (docs/transports.md).
+    @njit(cache=False)
     def post(endpoint, headers, ticket, op, size, rkey, raddr, nbytes, value, compare, data, params):
         """Write request ``ticket``'s header into its slot and send it with ``nbytes`` of
         ``data`` (an address; 0: none). 0, or UCX's (negative) error status."""
@@ -65,7 +68,7 @@ def _native_code(lib):
             return 0
         return request
 
-    @njit(nogil=True, cache=False)
+    @njit(cache=False)
     def first_unanswered(done, first, last):
         """The first ticket in [first, last) whose answer has not come (``last`` if none)."""
         capacity = done.shape[0]

@@ -64,10 +64,12 @@ def _native_loops(lib):
             sleep_on_events(worker, pollfd, _IDLE_POLL_MS)
             last = now_ns(timespec)
 
-    @njit(nogil=True, cache=False)
+    @njit(cache=False)
     def progress_until(worker, word, value, spins):
         """Progress until ``word[0] >= value``, at most ``spins`` rounds (yielding the
-        core between empty ones); True when it got there."""
+        core between empty ones); True when it got there. It keeps the interpreter lock:
+        a bounded wait, and a simulated thread that let the lock go would wait for numba's
+        polling loop to hand it back (up to the 5 ms switch interval)."""
         for _ in range(spins):
             if word[0] >= value:
                 return True

@@ -147,16 +147,17 @@ def check_host_rma_errors_and_nvshmem4py_keywords():
 
 def check_small_put_get_fast_path_is_taken_and_keeps_the_checks():
     """put/get between plain arrays go through the cached fast path (simulator, PEs mapped
-    here); everything it does not take gets the general path's results and errors."""
+    here or reached through the ucx engine); everything it does not take gets the general
+    path's results and errors."""
     from pgas.runtime._state import runtime
     me, n, right, left = ring_neighbours()
     direct = runtime("test").direct
-    mapped = pgas.info()["transports"][right] in ("self", "p2p")
+    taken = pgas.info()["transports"][right] in ("self", "p2p", "ucx")
     dest = pgas.zeros(16, np.int64)
     grid = pgas.zeros((2, 3), np.int64)
-    if direct is not None:      # the simulator: taken exactly where the peer is mapped here
-        assert direct.put(dest[4:8], np.arange(4, dtype=np.int64), right) is mapped
-        assert direct.get(np.zeros(4, np.int64), dest, right) is mapped
+    if direct is not None:      # the simulator: taken exactly where the peer is mapped here, or ucx
+        assert direct.put(dest[4:8], np.arange(4, dtype=np.int64), right) is taken
+        assert direct.get(np.zeros(4, np.int64), dest, right) is taken
         assert not direct.put(dest, np.zeros(4, np.int32), right)          # dtype differs
         assert not direct.put(dest, np.zeros(17, np.int64), right)         # does not fit
         assert not direct.put(dest, np.zeros(8, np.int64)[::2], right)     # strided source
