@@ -13,6 +13,7 @@ import ctypes
 import os
 import socket
 import threading
+import time
 
 import numpy as np
 
@@ -24,6 +25,7 @@ __all__ = ["Worker"]
 _STOP, _EFD, _WORKER = 0, 1, 2      # words of the progress thread's state
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
 _HOT_NS = 100_000                    # how long the thread keeps looking after a message
+_CLOSE_PAUSE_S, _CLOSE_WAIT_S = 1e-4, 10.0
 
 
 def _native_loops(lib):
@@ -115,6 +117,7 @@ class Worker:
         efd = ctypes.c_int()
         ucp.check(lib.ucp_worker_get_efd(self.handle, ctypes.addressof(efd)), "ucp_worker_get_efd")
         self.state = np.array([0, efd.value, self.handle], np.int64)
+        self._comm = comm
         self.endpoints = self._connect(comm, peers)
         self._serve, self.sleep_on_events, self.progress_until = _native_loops(lib)
         self._handlers = []            # keep the callbacks alive
@@ -158,22 +161,30 @@ class Worker:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the thread, close the endpoints and free the worker (every peer must be done
-        with this PE: after a barrier)."""
+        """Close the endpoints, then (once every PE has: collective over the ``comm`` of
+        init) stop the thread and free the worker. Every peer must be done with this PE:
+        after a barrier."""
         lib = self.lib
-        if self._thread is not None:
-            self.state[_STOP] = 1
-            lib.ucp_worker_signal(self.handle)
-            self._thread.join()
-            self._thread = None
         params = ucp.RequestParams()
         for endpoint in self.endpoints.values():
             request = lib.ucp_ep_close_nbx(endpoint, ctypes.addressof(params))
             if request > 0:
                 while lib.ucp_request_check_status(request) == ucp.UCS_INPROGRESS:
                     lib.ucp_worker_progress(self.handle)
+                    time.sleep(_CLOSE_PAUSE_S)
                 lib.ucp_request_free(request)
         self.endpoints = {}
+        # no worker goes while a peer still flushes its endpoint to it (it would be told
+        # "Connection reset by remote peer"); a peer that never comes is not waited for long
+        everyone = self._comm.Ibarrier()
+        deadline = time.monotonic() + _CLOSE_WAIT_S
+        while not everyone.Test() and time.monotonic() < deadline:
+            time.sleep(_CLOSE_PAUSE_S)
+        if self._thread is not None:
+            self.state[_STOP] = 1
+            lib.ucp_worker_signal(self.handle)
+            self._thread.join()
+            self._thread = None
         lib.ucp_worker_destroy(self.handle)
         lib.ucp_cleanup(self.context)
 
