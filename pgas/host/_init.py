@@ -25,6 +25,8 @@ def _heap_class():
     """The symmetric heap of the backend in use; on cuda, a clear error where no GPU is usable."""
     if backend_name() == "simulator":
         from ..sim._heap import SymmetricHeap
+        from ..sim._threads import yield_while_polling
+        yield_while_polling()
         return SymmetricHeap
     if not gpu_usable():
         raise PgasError(
