@@ -225,6 +225,46 @@ def test_where_ibgda_cannot_be_set_up_pgas_says_so_once_and_uses_the_proxy(tmp_p
         assert proc.stderr.count(said) == 1, proc.stderr
 
 
+UCX_FALLBACK = r"""
+import numpy as np
+import pgas
+from pgas.core._errors import PgasError
+from pgas.wire import _ucp
+
+
+def unavailable():
+    raise PgasError("no libucp here")
+
+
+_ucp.load = unavailable                   # as under an MPI built without UCX
+pgas.init()
+me, other = pgas.my_pe(), 1 - pgas.my_pe()
+assert pgas.info()["transports"][other] == "proxy", pgas.info()["transports"]
+a = pgas.zeros(4, np.int64)
+pgas.put(a[me:me + 1], np.array([10 + me]), other)
+assert pgas.atomic_fetch_add(a[2:3], 1, other) in (0, 1)
+pgas.barrier_all()
+assert a.copy_to_host().tolist()[other] == 10 + other
+pgas.finalize()
+print("ok")
+"""
+
+
+def test_where_ucx_cannot_be_loaded_pgas_says_so_once_and_uses_the_proxy(tmp_path, clean_shm):
+    """The fallback wire: the ucx engine asked for, UCX missing; the proxy (and the emulated
+    NIC's thread, which ucx never starts) carries everything."""
+    script = tmp_path / "ucx_fallback.py"
+    script.write_text(UCX_FALLBACK)
+    proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"],
+                   env={"PGAS_REMOTE_TRANSPORT": "ucx"})
+    assert proc.returncode == 0, proc.stderr
+    assert pe_lines(proc) == ["[0] ok", "[1] ok"]
+    for pe in (0, 1):
+        said = (f"pgas (PE {pe}): the ucx engine cannot be set up here (no libucp here); using the CPU proxy "
+                "for PEs on other nodes")
+        assert proc.stderr.count(said) == 1, proc.stderr
+
+
 SILENT_PEER = r"""
 import os, signal, sys, time
 import numpy as np
