@@ -31,6 +31,7 @@ from ..core._backend import backend_name
 from ..core._env import invalid_settings, unknown_settings
 from ..core._errors import PgasError
 from ..core._job import SHM_DIR, shm_prefix
+from ._diagnosis import StoppedPes, pe_list, stat_fields, stranded, where_waits_lead
 from ._output import Relay
 from ._stdin import FIFO_VARIABLE, Pump
 
@@ -154,20 +155,11 @@ def _sweep_shared_memory(job_id: str, run_dir: str, segments: _SegmentWatch) -> 
             pass
 
 
-def _stat_fields(stat_path: str) -> list[str]:
-    """The fields of a /proc/<pid>/stat after the command name (state, ppid, ...); [] if gone."""
-    try:
-        with open(stat_path) as stat:
-            return stat.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
 def _descendants(root: int) -> list[int]:
     """``root`` and every process below it (Hydra puts each PE in a process group of its own)."""
     children: dict[int, list[int]] = {}
     for stat_path in glob.glob("/proc/[0-9]*/stat"):
-        fields = _stat_fields(stat_path)
+        fields = stat_fields(stat_path)
         if fields:
             children.setdefault(int(fields[1]), []).append(int(stat_path.split("/")[2]))
     found, todo = [], [root]
@@ -180,7 +172,7 @@ def _descendants(root: int) -> list[int]:
 
 def _alive(pid: int) -> bool:
     """True while process ``pid`` runs (a zombie has ended)."""
-    fields = _stat_fields(f"/proc/{pid}/stat")
+    fields = stat_fields(f"/proc/{pid}/stat")
     return bool(fields) and fields[0] not in ("Z", "X")
 
 
@@ -245,116 +237,31 @@ class _RunProcesses:
         return code
 
 
-def _pe_list(pes: list[int]) -> str:
-    return f"PE {pes[0]}" if len(pes) == 1 else f"PEs {pes}"
-
-
-def _stranded(run_dir: str) -> str | None:
-    """What is wrong when a PE left before pgas.finalize while others wait in pgas calls."""
-    left = _job.departed(run_dir)
-    waiting = {pe: fn for pe, (fn, _) in _job.waiters(run_dir).items() if pe not in left}
-    if not left or not waiting:
-        return None
-    by_call: dict[str, list[int]] = {}
-    for pe, fn in sorted(waiting.items()):
-        by_call.setdefault(fn, []).append(pe)
-    waits = [f"{_pe_list(pes)} {'waits' if len(pes) == 1 else 'wait'} in {fn}" for fn, pes in by_call.items()]
-    verb = "exited" if len(left) == 1 else "each exited"
-    return f"{_pe_list(left)} {verb} (status 0) before pgas.finalize while {' and '.join(waits)}"
-
-
-_PROCESS_STATES = {"T": "is stopped (SIGSTOP or Ctrl-Z)", "t": "is stopped by a debugger",
-                   "Z": "has ended", "X": "has ended", "D": "is blocked in the kernel (uninterruptible sleep)"}
-
-
-class _StoppedPes:
-    """The PEs on this host seen stopped while others waited in pgas calls (looked for
-    every LOOK_S then): the stop may be undone before a failure is read (MPI's abort of
-    the failing PE continues stopped processes to end them)."""
-
-    LOOK_S = 0.5
-
-    def __init__(self):
-        self.seen: dict[int, str] = {}      # PE -> its state letter (T, t)
-        self._due = 0.0
-
-    def look(self, run_dir: str) -> None:
-        now = time.monotonic()
-        if now < self._due:
-            return
-        self._due = now + self.LOOK_S
-        if not _job.waiters(run_dir):
-            return
-        for pe, (pid, host) in _job.live_processes(run_dir).items():
-            fields = _stat_fields(f"/proc/{pid}/stat") if host == socket.gethostname() else []
-            if fields and fields[0] in ("T", "t"):
-                self.seen[pe] = fields[0]
-
-
-def _state_of(pe: int, processes: dict[int, tuple[int, str]], stopped: _StoppedPes) -> str:
-    """How PE ``pe``'s process is, as far as this host can see."""
-    pid, host = processes.get(pe, (None, None))
-    if pid is None:
-        return "is not in a pgas call"
-    if host != socket.gethostname():
-        return f"is not in a pgas call (on host {host})"
-    fields = _stat_fields(f"/proc/{pid}/stat")
-    state = fields[0] if fields else "X"
-    if state not in ("T", "t") and pe in stopped.seen:
-        state = stopped.seen[pe]
-    return _PROCESS_STATES.get(state, "is running but not in a pgas call")
-
-
-def _where_waits_lead(run_dir: str, pe: int, stopped: _StoppedPes) -> str | None:
-    """Follow the heartbeats from PE ``pe`` (who waits in which call for whom) to the PEs
-    that hold everyone up: those the chain of waits reaches that are not waiting in a pgas
-    call themselves (stopped, busy, or blocked elsewhere). A sentence naming them and the
-    chain, or None when ``pe`` was not waiting for other PEs."""
-    waits = _job.waiters(run_dir)
-    if not waits.get(pe, ("", []))[1]:
-        return None
-    processes = _job.live_processes(run_dir)
-    reached_from = {pe: None}
-    frontier, ends = [pe], []
-    while frontier:
-        waiter = frontier.pop(0)
-        for other in waits[waiter][1]:
-            if other in reached_from:
-                continue
-            reached_from[other] = waiter
-            (frontier if other in waits else ends).append(other)
-    if not ends:
-        return None     # the waits go round in a circle: the timeout message says it all
-    sentences = []
-    for end in ends:
-        chain, at = [], reached_from[end]
-        while at is not None:
-            chain.append(f"PE {at} (in {waits[at][0]})")
-            at = reached_from[at]
-        sentences.append(f"PE {end}, which {_state_of(end, processes, stopped)}: "
-                         f"{' waits for '.join(reversed(chain))} waits for PE {end}")
-    return "the waits lead to " + "; and to ".join(sentences)
-
-
 def _supervise(run: _RunProcesses, run_dir: str, timeout: float | None) -> tuple[int, str | None]:
     """Wait for the run; stop it at the first failure, at a PE that left the others
     waiting, or at the timeout. (exit status, message)"""
     deadline = None if timeout is None else time.monotonic() + timeout
     cause = (None, None)    # (failed PE, where its waits lead)
-    stopped = _StoppedPes()
+    stopped = StoppedPes()
+    stranded_since = None   # when a PE was first seen gone with others waiting for it
     while run.proc.poll() is None:
         run.look()
         stopped.look(run_dir)
         failed = _job.failures(run_dir)
         if failed:   # before the stop ends the heartbeats:
-            cause = failed[0][1], _where_waits_lead(run_dir, failed[0][1], stopped)
+            cause = failed[0][1], where_waits_lead(run_dir, failed[0][1], stopped)
             time.sleep(0.2)  # let the PE's own abort finish its report
             run.stop()
             break
-        stranded = _stranded(run_dir)
-        if stranded:
-            run.stop()
-            return 1, f"{stranded}; every PE was stopped"
+        left_early = stranded(run_dir)
+        if left_early:
+            # the PEs still on their way into a wait beat within one period: name them too
+            if stranded_since is None:
+                stranded_since = time.monotonic()
+            settled = set(_job.waiters(run_dir)) | set(_job.departed(run_dir)) >= set(_job.live(run_dir))
+            if settled or time.monotonic() - stranded_since > _job.HEARTBEAT_AFTER_S + _job.HEARTBEAT_EVERY_S:
+                run.stop()
+                return 1, f"{stranded(run_dir) or left_early}; every PE was stopped"
         if deadline is not None and time.monotonic() > deadline:
             run.stop()
             return 124, f"the run took longer than --timeout {timeout:g} s; every PE was stopped"
@@ -370,12 +277,12 @@ def _supervise(run: _RunProcesses, run_dir: str, timeout: float | None) -> tuple
     left = _job.departed(run_dir)
     # MPI itself ended the others (a PE that skipped MPI's finalize), whatever mpiexec says
     if left and (code != 0 or set(_job.live(run_dir)) - set(left)):
-        return 1, (f"{_pe_list(left)} exited (status 0) before pgas.finalize; the other PEs were stopped "
+        return 1, (f"{pe_list(left)} exited (status 0) before pgas.finalize; the other PEs were stopped "
                    f"(mpiexec ended with status {code})")
     if code != 0:
         return (code if code > 0 else 128 - code), f"mpiexec ended with status {code}"
     if left:    # nobody waited for them: the run completed, but say it
-        return 0, f"note: {_pe_list(left)} exited before pgas.finalize"
+        return 0, f"note: {pe_list(left)} exited before pgas.finalize"
     return 0, None
 
 
