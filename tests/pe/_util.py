@@ -50,3 +50,8 @@ def node_pes() -> list[int]:
     """The PEs on this PE's node (emulated nodes included), this one among them."""
     node_of = pgas.info()["node_of_pe"]
     return [pe for pe in range(pgas.n_pes()) if node_of[pe] == node_of[pgas.my_pe()]]
+
+
+def reaches_other_nodes() -> bool:
+    """True when some PE is on another node (emulated nodes included)."""
+    return len(node_pes()) < pgas.n_pes()

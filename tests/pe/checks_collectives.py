@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import pgas
-from _util import on_simulator, pattern
+from _util import on_simulator, pattern, reaches_other_nodes
 from pgas.core._reductions import OPS as UFUNCS
 
 DTYPES = [np.int32, np.int64, np.uint32, np.uint64, np.float16, np.float32, np.float64]
@@ -121,6 +121,46 @@ def check_reduce_in_place_and_64_mib():
         want = expected("sum", [inputs(pe, count, np.float32, "sum") for pe in range(n)])
         assert np.array_equal(data.copy_to_host(), want), algorithm
     pgas.free(data)
+
+
+def order_sensitive(pe: int, count: int, dtype) -> np.ndarray:
+    """Per-PE floats of very different sizes and signs: their sum's bits depend on the
+    order of the additions (and NaN and infinity here and there)."""
+    rng = np.random.default_rng(500 + pe)
+    scale = 10.0 ** rng.integers(-3, 4, count) if np.dtype(dtype) == np.float16 else 10.0 ** rng.integers(-9, 9, count)
+    values = (rng.standard_normal(count) * scale).astype(dtype)
+    values[rng.integers(0, count, max(1, count // 1000))] = np.nan if pe % 2 else np.inf
+    return values
+
+
+def check_float_all_reduce_folds_in_rank_order():
+    """eager, oneshot and mpi (and auto across nodes, which is mpi) give every member numpy's
+    bits of the rank-order fold ((a0 + a1) + a2) + ..., for sums that depend on that order,
+    at sizes below and above the split of the fold between the members across nodes; ring
+    and tree fold in an order of their own, the same bits on every member."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    rank_order = {"eager", "oneshot", "mpi"} | ({"auto"} if reaches_other_nodes() else set())
+    for dtype in (np.float16, np.float32, np.float64):
+        for count in (7, 40_001):     # 80-320 KB: whole, and in shares on 3 PEs or more
+            src, dest = pgas.empty(count, dtype), pgas.empty(count, dtype)
+            everyones = pgas.empty(n * count, dtype)
+            src.copy_to_device(order_sensitive(me, count, dtype))
+            arrays = [order_sensitive(pe, count, dtype) for pe in range(n)]
+            for op in ("sum", "min"):
+                want = arrays[0].copy()
+                for more in arrays[1:]:
+                    UFUNCS[op](want, more, out=want)
+                for algorithm in ALGORITHMS:
+                    if not reduce_or_refuse(pgas.TEAM_WORLD, dest, src, op, algorithm):
+                        continue
+                    if algorithm in rank_order:
+                        got = dest.copy_to_host()
+                        assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), (dtype, count, op, algorithm)
+                    pgas.fcollect(pgas.TEAM_WORLD, everyones, dest)
+                    rows = everyones.copy_to_host().reshape(n, count).view(np.uint8)
+                    assert (rows == rows[0]).all(), ("members differ", dtype, count, op, algorithm)
+            for array in (everyones, dest, src):
+                pgas.free(array)
 
 
 def check_reduce_narrow_and_bool_dtypes_every_op_and_algorithm():
