@@ -57,7 +57,7 @@ def _check(me: int, n: int, count: int, arrays: dict) -> None:
     assert np.all(arrays["gathered"][:n * count].copy_to_host() == 1), "the fcollect result is wrong"
 
 
-def _plot(path: str, rows: list, n: int) -> None:
+def _plot(path: str, rows: list, n: int, nodes: int) -> None:
     plt = pyplot(path)
     if plt is None:
         return
@@ -71,7 +71,8 @@ def _plot(path: str, rows: list, n: int) -> None:
         ax.set_title(name)
         ax.set_xlabel("bytes per PE")
     axes[0].set_ylabel("MPI time / pgas time (above 1: pgas faster)")
-    fig.suptitle(f"pgas (auto) against MPI, {n} PEs on one node")
+    where = "one node" if nodes == 1 else f"{nodes} nodes"
+    fig.suptitle(f"pgas (auto) against MPI, {n} PEs on {where}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
@@ -114,7 +115,7 @@ def main(argv=None) -> None:
                 f"{row[c][0] * 1e6:15.1f} {row[c][1] * 1e6:9.1f} {row[c][1] / row[c][0]:8.2f}" for c in COLLECTIVES)
                 + f"  {picked:>11}", flush=True)
     if me == 0 and args.plot:
-        _plot(args.plot, rows, n)
+        _plot(args.plot, rows, n, len(set(pgas.info()["node_of_pe"])))
     for name in ("gathered", "dest", "src"):
         pgas.free(arrays[name])
     pgas.finalize()
