@@ -152,6 +152,20 @@ if me == 0:
         raise AssertionError("a refused non-blocking put must fail quiet")
     except pgas.PgasError as e:
         assert "remote access error" in str(e), e
+    if rt.transports.remote_transport == "ucx":     # refusals inside one batch of small requests
+        canary_at = remote.base + offset
+        px.submit("forged", proxy.AMO_ADD, 1, canary_at + 40, nbytes=8, value=1, waited=False)   # applied
+        nic.remote[1] = RemoteRegion(remote.base, remote.size, remote.rkey ^ 0x5A5A)
+        px.submit("forged", proxy.PUT_INLINE, 1, canary_at + 48, nbytes=8, value=5, waited=False)  # forged rkey
+        nic.remote[1] = remote
+        px.submit("forged", proxy.AMO_ADD, 1, canary_at + 52, nbytes=8, value=1, waited=False)   # misaligned
+        px.submit("forged", proxy.PUT_INLINE, 1, remote.base + remote.size - 4, nbytes=8, value=5,
+                  waited=False)                                                            # past the end
+        try:
+            pgas.quiet()
+            raise AssertionError("a refused request of a batch must fail quiet")
+        except pgas.PgasError as e:
+            assert "remote access error" in str(e) and f"{canary_at + 48:#x}" in str(e), e
     # the WQE a device p wrote: an inline RDMA write to PE 1's copy, keys and address from init
     p_kernel[1, 1](canary, 1)
     if rt.transports.remote_transport != "ucx":     # the ucx engine has no WQEs: a header is the request
@@ -169,6 +183,8 @@ pgas.barrier_all()
 expected = [7] * 16
 if me == 1:
     expected[3] = 99
+    if rt.transports.remote_transport == "ucx":
+        expected[5] = 8
 assert canary.copy_to_host().tolist() == expected, canary.copy_to_host()      # nothing else written
 assert not rt.heap.views[me][-64:].any()       # the end of the heap, where the forged put aimed
 pgas.finalize()
@@ -189,6 +205,42 @@ def _both_ok_as_two_nodes(tmp_path, program: str, transport: str) -> None:
                    env={"PGAS_REMOTE_TRANSPORT": transport})
     assert proc.returncode == 0, proc.stderr
     assert pe_lines(proc) == ["[0] ok", "[1] ok"]
+
+
+UNWAITED = r"""
+import time
+import numpy as np
+from numba import cuda
+import pgas
+import pgas.device as dev
+
+@cuda.jit
+def put_and_add(flags, pe):
+    dev.p(flags, np.uint64(1), pe)          # no quiet, no wait: they may sit in a batch
+    dev.signal_op(flags[1:], 1, pgas.SIGNAL_ADD, pe)
+
+pgas.init()
+me = pgas.my_pe()
+flags = pgas.zeros(2, np.uint64)
+pgas.barrier_all()
+if me == 0:
+    put_and_add[1, 1](flags, 1)
+    time.sleep(1.0)      # no pgas call here: only the progress thread can send what is held back
+else:
+    start = time.monotonic()
+    pgas.signal_wait_until(flags[:1], pgas.CMP_EQ, 1)
+    pgas.signal_wait_until(flags[1:], pgas.CMP_EQ, 1)
+    waited = time.monotonic() - start
+    assert waited < 0.5, f"the put and the signal came after {waited:.2f} s"
+pgas.barrier_all()
+pgas.finalize()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx"])
+def test_a_put_and_a_signal_nobody_quiets_or_waits_for_are_delivered(tmp_path, clean_shm, transport):
+    _both_ok_as_two_nodes(tmp_path, UNWAITED, transport)
 
 
 FALLBACK = r"""

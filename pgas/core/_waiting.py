@@ -10,7 +10,11 @@ from ._constants import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NAMES, CMP_N
 from ._device_errors import device_error, timeout_error, value_waited_for
 from ._errors import PgasTimeoutError
 
-__all__ = ["compare", "check_cmp", "Wait", "wait_for_value", "sleep_until", "precise_sleeps"]
+__all__ = ["compare", "check_cmp", "Wait", "wait_for_value", "sleep_until", "precise_sleeps", "before_waiting"]
+
+# Called when a thread starts to wait: a remote engine that holds back small requests to
+# send them together sends them now (what is waited for may depend on them).
+before_waiting: list = []
 
 
 def compare(value, cmp, target) -> bool:
@@ -46,6 +50,8 @@ class Wait:
     """
 
     def __init__(self, fn: str, timeout: float, spin_s: float = 0.0, backoff_s: float = 0.0, waits_for=None):
+        for hook in before_waiting:
+            hook()
         self.fn = fn
         self.timeout = timeout
         now = time.monotonic()
@@ -92,6 +98,8 @@ def sleep_until(fn: str, timeout: float, done, waiting_for, check_alive, block, 
     completes has failed (a NIC thread). ``waits_for()``: the PEs whose answers it waits for."""
     if done():
         return
+    for hook in before_waiting:
+        hook()
     started = time.monotonic()
     deadline = started + timeout
     heartbeat = _job.Heartbeat(fn, started, waits_for)

@@ -24,7 +24,8 @@ from ..core._errors import PgasError, PgasTimeoutError
 from ..core._waiting import precise_sleeps
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
-from ..wire import _target as target, _ucp as ucp
+from ..core._waiting import before_waiting
+from ..wire import _batch as batch, _target as target, _ucp as ucp
 from ..wire._worker import Worker
 from ._ibgda_ir import OP_NAMES
 
@@ -46,21 +47,33 @@ def _native_code(lib):
     """(post, first_unanswered), compiled on first use."""
     from numba import njit
 
-    send, free = lib.ucp_am_send_nbx, lib.ucp_request_free
+    send, free, memcpy = lib.ucp_am_send_nbx, lib.ucp_request_free, lib.memcpy
+    stage, flush_row, _, _, _ = batch.batch_code()
 
     # The requester's native calls keep the interpreter lock (they are short): numba's
     # simulator polls its threads in a loop that holds the lock, so a simulated thread that
     # let it go would wait the switch interval (5 ms) to get it back (docs/transports.md).
     @njit(cache=False)
-    def post(endpoint, headers, ticket, op, size, rkey, raddr, nbytes, value, compare, data, params):
+    def post(endpoint, headers, ticket, op, size, rkey, raddr, nbytes, value, compare, data, params, waited,
+             batches, row, worker, timespec):
         """Write request ``ticket``'s header into its slot and send it with ``nbytes`` of
-        ``data`` (an address; 0: none). 0, or UCX's (negative) error status."""
+        ``data`` (an address; 0: none); one that nobody waits for and that carries at most
+        8 bytes joins the batch of its PE (row ``row`` of ``batches``) instead. 0, or UCX's
+        (negative) error status."""
         slot = ticket % headers.shape[0]
         h = headers[slot]
         h[0], h[1], h[2], h[3] = ticket, op, size, rkey
         h[4], h[5], h[6], h[7] = raddr, nbytes, value, compare
+        value_address = headers.ctypes.data + (slot * target.REQUEST_WORDS + target.H_VALUE) * 8
+        if not waited and op != target.GET and nbytes <= 8:
+            if op == target.PUT:            # its bytes now, inline (the source may change after)
+                memcpy(value_address, data, nbytes)
+                h[1] = target.PUT_INLINE
+            stage(batches, row, h, worker, timespec)
+            return 0
+        flush_row(batches, row)             # the requests before it to that PE go first
         if op == target.PUT_INLINE:
-            data = headers.ctypes.data + (slot * target.REQUEST_WORDS + target.H_VALUE) * 8
+            data = value_address
         request = send(endpoint, target.AM_REQUEST, headers.ctypes.data + slot * target.REQUEST_WORDS * 8,
                        target.REQUEST_WORDS * 8, data, nbytes if data else 0, params.ctypes.data)
         if request > 0:
@@ -90,8 +103,9 @@ class Ucx:
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
         lib = self.worker.lib
-        on_request, on_answer, on_put_received, on_get_received = target.callbacks()
+        on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers = target.callbacks()
         self._post, self._first_unanswered = _native_code(lib)
+        _, _, self._flush_all, _, _ = batch.batch_code()
         # the target: this PE's heap, how answers are sent (header copied), where rendezvous
         # data is received
         self.target_state = np.zeros(target.TARGET_WORDS, np.int64)
@@ -117,7 +131,16 @@ class Ucx:
         self.errors: list[str] = []
         self.worker.handle_messages(target.AM_REQUEST, on_request, self.target_state.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWER, on_answer, self.ring.ctypes.data)
-        self.worker.start()
+        self.worker.handle_messages(target.AM_BATCH, on_batch, self.target_state.ctypes.data)
+        self.worker.handle_messages(target.AM_ANSWERS, on_answers, self.ring.ctypes.data)
+        # small requests nobody waits for, coalesced per peer (pgas.wire._batch)
+        peers = sorted(self.worker.endpoints)
+        self._row = {pe: row for row, pe in enumerate(peers)}
+        self.batches = batch.new_batches([self.worker.endpoints[pe] for pe in peers],
+                                         self._request_params.ctypes.data)
+        self._timespec = np.zeros(2, np.int64)
+        before_waiting.append(self.flush)
+        self.worker.start(self.batches)
         self._wire_up()
 
     def _wire_up(self) -> None:
@@ -140,7 +163,15 @@ class Ucx:
         return params
 
     def close(self) -> None:
+        self.flush()
+        if self.flush in before_waiting:
+            before_waiting.remove(self.flush)
         self.worker.close()
+
+    def flush(self) -> None:
+        """Send the batched requests now (a thread of this PE is about to wait)."""
+        if self.batches[batch.B_STAGED]:
+            self._flush_all(self.batches)
 
     # Requesters ----------------------------------------------------------------------
 
@@ -166,7 +197,8 @@ class Ucx:
         self._requests[slot] = (op, pe, raddr, nbytes)
         status = self._post(self.worker.endpoints[pe], self.headers, ticket, op, size, self.nic.remote[pe].rkey,
                             raddr, nbytes, _signed(value), _signed(compare), laddr if op == target.PUT else 0,
-                            self._request_params)
+                            self._request_params, waited, self.batches, self._row[pe], self.worker.handle,
+                            self._timespec)
         if status:
             raise PgasError(f"{fn}: UCX could not send the {OP_NAMES[op]} to PE {pe} (ucs_status_t {status})")
         return ticket
@@ -199,6 +231,7 @@ class Ucx:
 
     def _wait_done(self, fn: str, ticket: int, deadline: float, waiting_for: str, pes) -> None:
         """Progress (then sleep on the worker's events) until request ``ticket`` is answered."""
+        self.flush()            # (it may wait in a batch)
         slot = ticket % CAPACITY
         mark = self.columns[target.C_DONE, slot:slot + 1]
         handle = self.worker.handle
@@ -234,6 +267,10 @@ class Ucx:
         """Wait until every request sent so far is answered; raise the first failure of a
         request nobody waited for."""
         last = self._next
+        self.flush()
+        if self.batches[batch.B_FAILED]:
+            raise PgasError(f"{fn}: UCX could not send {int(self.batches[batch.B_FAILED])} batched requests to PEs "
+                            "on other nodes (a peer's endpoint failed)")
         deadline = time.monotonic() + self.timeout
         done = self.columns[target.C_DONE]
         ticket = self._freed

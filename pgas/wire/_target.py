@@ -26,11 +26,12 @@ from ..core._llvm import built_once, compile_ir
 from ..nic import _mlx5 as mlx5
 from . import _ucp as ucp
 
-__all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "TARGET_WORDS", "RING_HEADER", "COLUMNS",
-           "REQUEST_USER_BYTES", "callbacks"]
+__all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "AM_BATCH", "AM_ANSWERS", "MAX_BATCH",
+           "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "callbacks", "atomics"]
 
-AM_REQUEST, AM_ANSWER = 0x50, 0x51
+AM_REQUEST, AM_ANSWER, AM_BATCH, AM_ANSWERS = 0x50, 0x51, 0x52, 0x53
 REQUEST_WORDS, ANSWER_WORDS = 8, 3
+MAX_BATCH = 16              # requests in one AM_BATCH (pgas.wire._batch)
 H_TICKET, H_OP, H_SIZE, H_RKEY, H_RADDR, H_NBYTES, H_VALUE, H_COMPARE = range(REQUEST_WORDS)
 REQUEST_USER_BYTES = 16      # a receive in flight: its ticket, and (target) the endpoint to answer on
 # The target's state (int64 words): the heap's base, size and rkey; the parameters of answers;
@@ -39,7 +40,8 @@ REQUEST_USER_BYTES = 16      # a receive in flight: its ticket, and (target) the
 T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_UNANSWERED, T_WORKER, T_RECEIVE_PARAMS = range(8)
 T_ANSWER = 8
 T_PENDING = T_ANSWER + ANSWER_WORDS
-TARGET_WORDS = T_PENDING + 2
+T_ANSWERS = T_PENDING + 2           # a batch's answers being written
+TARGET_WORDS = T_ANSWERS + MAX_BATCH * ANSWER_WORDS
 # The requester's ring (int64 words): its capacity, worker, parameters of rendezvous receives,
 # its own address, a receive's ticket; then one row per column: a slot's done mark (its
 # ticket + 1), fetched value, syndrome, where a get's data lands, its operation.
@@ -120,14 +122,14 @@ class _Atomics:
 
 
 def _build_callbacks():
-    """(on_request, on_answer, on_put_received, on_get_received): the active-message
-    handlers and the completions of their rendezvous receives, compiled."""
+    """(on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers): the
+    active-message handlers and the completions of their rendezvous receives, compiled."""
     from numba import carray, cfunc, njit, types
 
     lib = ucp.load()
     send, receive, free, memcpy = lib.ucp_am_send_nbx, lib.ucp_am_recv_data_nbx, lib.ucp_request_free, lib.memcpy
-    atomics = _get_atomics()
-    apply_atomic, fence = atomics.apply, atomics.fence
+    compiled = atomics()
+    apply_atomic, fence = compiled.apply, compiled.fence
     access, invalid = mlx5.SYNDROME_REMOTE_ACCESS, mlx5.SYNDROME_REMOTE_INVALID
     reply_ep_field, rendezvous = ucp.AM_RECV_ATTR_FIELD_REPLY_EP, ucp.AM_RECV_ATTR_FLAG_RNDV
     handler = types.int32(types.CPointer(types.int64), types.CPointer(types.int64), types.int64, types.int64,
@@ -145,18 +147,30 @@ def _build_callbacks():
         elif request < 0:
             state[T_UNANSWERED] += 1
 
+    @njit(nogil=True)
+    def outside_heap(state, rkey, raddr, nbytes):
+        """True when a request's bytes are not all in the heap, or its rkey is not the heap's."""
+        base, heap_size = state[T_BASE], state[T_SIZE]
+        return rkey != state[T_RKEY] or nbytes < 0 or nbytes > heap_size or raddr < base \
+            or raddr - base > heap_size - nbytes
+
+    @njit(nogil=True)
+    def atomic(op, size, raddr, nbytes, value, compare):
+        """(syndrome, old value) of an atomic on the heap word at ``raddr``."""
+        if (size != 4 and size != 8) or nbytes != size or raddr % size != 0 or op < AMO_ADD or op > AMO_FETCH:
+            return invalid, 0
+        return 0, apply_atomic(op, size, raddr, value, compare)
+
     @cfunc(handler, nopython=True)
     def on_request(arg, header, header_length, data, length, param):
         state = carray(arg, (TARGET_WORDS,))
         h = carray(header, (REQUEST_WORDS,))
-        op, size, raddr, nbytes, value = h[H_OP], h[H_SIZE], h[H_RADDR], h[H_NBYTES], h[H_VALUE]
+        op, size, raddr, nbytes = h[H_OP], h[H_SIZE], h[H_RADDR], h[H_NBYTES]
         syndrome, fetched, answer_data, answer_length = 0, 0, 0, 0
-        base, heap_size = state[T_BASE], state[T_SIZE]
         if param[0] & reply_ep_field == 0:
             state[T_UNANSWERED] += 1       # cannot happen: every request asks for a reply endpoint
             return 0
-        if h[H_RKEY] != state[T_RKEY] or nbytes < 0 or nbytes > heap_size or raddr < base \
-                or raddr - base > heap_size - nbytes:
+        if outside_heap(state, h[H_RKEY], raddr, nbytes):
             syndrome = access              # (rendezvous data not received is dropped by UCX)
         elif op == PUT or op == PUT_INLINE:
             if length != nbytes:
@@ -173,11 +187,44 @@ def _build_callbacks():
                     syndrome = invalid
         elif op == GET:
             answer_data, answer_length = raddr, nbytes
-        elif (size != 4 and size != 8) or nbytes != size or raddr % size != 0 or op < AMO_ADD or op > AMO_FETCH:
-            syndrome = invalid
         else:
-            fetched = apply_atomic(op, size, raddr, value, h[H_COMPARE])
+            syndrome, fetched = atomic(op, size, raddr, nbytes, h[H_VALUE], h[H_COMPARE])
         answer(state, param[1], h[H_TICKET], syndrome, fetched, answer_data, answer_length)
+        return 0
+
+    @cfunc(handler, nopython=True)
+    def on_batch(arg, header, header_length, data, length, param):
+        """A batch of requests that need no data beyond their header (inline puts of up to
+        8 bytes, atomics), applied in order and answered in one message."""
+        state = carray(arg, (TARGET_WORDS,))
+        count = header_length // (8 * REQUEST_WORDS)
+        if param[0] & reply_ep_field == 0 or count > MAX_BATCH:
+            state[T_UNANSWERED] += count
+            return 0
+        requests = carray(header, (count, REQUEST_WORDS))
+        for i in range(count):
+            h = requests[i]
+            op, size, raddr, nbytes = h[H_OP], h[H_SIZE], h[H_RADDR], h[H_NBYTES]
+            syndrome, fetched = 0, 0
+            if outside_heap(state, h[H_RKEY], raddr, nbytes):
+                syndrome = access
+            elif op == PUT_INLINE:
+                if nbytes > 8:
+                    syndrome = invalid
+                else:
+                    memcpy(raddr, requests.ctypes.data + 8 * (i * REQUEST_WORDS + H_VALUE), nbytes)
+            elif op == PUT or op == GET:
+                syndrome = invalid         # they carry or fetch data: never batched
+            else:
+                syndrome, fetched = atomic(op, size, raddr, nbytes, h[H_VALUE], h[H_COMPARE])
+            at = T_ANSWERS + i * ANSWER_WORDS
+            state[at], state[at + 1], state[at + 2] = h[H_TICKET], syndrome, fetched
+        request = send(param[1], AM_ANSWERS, state[T_SELF] + 8 * T_ANSWERS, 8 * ANSWER_WORDS * count, 0, 0,
+                       state[T_ANSWER_PARAMS])
+        if request > 0:
+            free(request)
+        elif request < 0:
+            state[T_UNANSWERED] += count
         return 0
 
     @cfunc(completion, nopython=True)
@@ -219,6 +266,17 @@ def _build_callbacks():
         land(ring, capacity, ticket, syndrome, h[2])
         return 0
 
+    @cfunc(handler, nopython=True)
+    def on_answers(arg, header, header_length, data, length, param):
+        """The answers to a batch (no data: a batch neither gets nor fetches for a waiter)."""
+        capacity = arg[R_CAPACITY]
+        ring = carray(arg, (RING_HEADER + COLUMNS * capacity,))
+        count = header_length // (8 * ANSWER_WORDS)
+        answers = carray(header, (count, ANSWER_WORDS))
+        for i in range(count):
+            land(ring, capacity, answers[i, 0], answers[i, 1], answers[i, 2])
+        return 0
+
     @cfunc(completion, nopython=True)
     def on_get_received(request, status, length, arg):
         capacity = arg[R_CAPACITY]
@@ -227,8 +285,8 @@ def _build_callbacks():
         free(request)
         land(ring, capacity, ring[R_PENDING], 0 if status == 0 else invalid, 0)
 
-    return on_request, on_answer, on_put_received, on_get_received
+    return on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers
 
 
-_get_atomics = built_once(_Atomics)
+atomics = built_once(_Atomics)
 callbacks = built_once(_build_callbacks)

@@ -109,7 +109,8 @@ class Library:
             setattr(self, name, function)
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         for name, result, arguments in (("poll", _int, (_P, _P, _int)), ("memcpy", _P, (_P, _P, _P)),
-                                        ("sched_yield", _int, ()), ("clock_gettime", _int, (_int, _P))):
+                                        ("sched_yield", _int, ()), ("clock_gettime", _int, (_int, _P)),
+                                        ("nanosleep", _int, (_P, _P))):
             function = getattr(libc, name)
             function.restype, function.argtypes = result, list(arguments)
             setattr(self, name, function)

@@ -19,12 +19,14 @@ import numpy as np
 
 from ..core._errors import PgasError
 from . import _ucp as ucp
+from ._batch import B_SLEEPING, B_STAGED, batch_code
+from ._target import atomics
 
 __all__ = ["Worker"]
 
 _STOP, _EFD, _WORKER = 0, 1, 2      # words of the progress thread's state
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
-_HOT_NS = 100_000                    # how long the thread keeps looking after a message
+_HOT_NS = 20000                 # how long the thread keeps looking after a message
 _CLOSE_PAUSE_S, _CLOSE_WAIT_S = 1e-4, 10.0
 
 
@@ -33,12 +35,9 @@ def _native_loops(lib):
     from numba import njit
 
     progress, arm, poll, sched_yield = lib.ucp_worker_progress, lib.ucp_worker_arm, lib.poll, lib.sched_yield
-    clock_gettime = lib.clock_gettime
-
-    @njit(nogil=True, cache=False)
-    def now_ns(timespec):
-        clock_gettime(1, timespec.ctypes.data)       # CLOCK_MONOTONIC
-        return timespec[0] * 1_000_000_000 + timespec[1]
+    nanosleep = lib.nanosleep
+    _, _, _, flush_stale, now_ns = batch_code()
+    fence = atomics().fence
 
     @njit(nogil=True, cache=False)
     def sleep_on_events(worker, pollfd, milliseconds):
@@ -48,11 +47,12 @@ def _native_loops(lib):
             poll(pollfd.ctypes.data, 1, milliseconds)
 
     @njit(nogil=True, cache=False)
-    def serve(state, pollfd):
+    def serve(state, pollfd, batches):
         """Progress; after the last message, keep looking (yielding the core each time)
-        for _HOT_NS, as a NIC's interrupt moderation does, then sleep on the events."""
+        for _HOT_NS, as a NIC's interrupt moderation does, then sleep on the events. While
+        requests wait in ``batches``, stay awake and send each batch once it is stale."""
         worker = state[_WORKER]
-        timespec = np.zeros(2, np.int64)
+        timespec, pause = np.zeros(2, np.int64), np.zeros(2, np.int64)
         last = now_ns(timespec)
         while state[_STOP] == 0:
             if progress(worker) != 0:
@@ -60,10 +60,20 @@ def _native_loops(lib):
                 continue
             if state[_STOP] != 0:
                 break
+            if batches[B_STAGED] != 0:      # sleep until the oldest batch is stale, then send it
+                wait = flush_stale(batches, now_ns(timespec))
+                if wait > 0:
+                    pause[0], pause[1] = 0, wait
+                    nanosleep(pause.ctypes.data, 0)
+                continue
             if now_ns(timespec) - last < _HOT_NS:
                 sched_yield()
                 continue
-            sleep_on_events(worker, pollfd, _IDLE_POLL_MS)
+            batches[B_SLEEPING] = 1      # a thread that stages from now on wakes us
+            fence()
+            if batches[B_STAGED] == 0:
+                sleep_on_events(worker, pollfd, _IDLE_POLL_MS)
+            batches[B_SLEEPING] = 0
             last = now_ns(timespec)
 
     @njit(cache=False)
@@ -152,11 +162,13 @@ class Worker:
                   "ucp_worker_set_am_recv_handler")
         self._handlers.append(callback)
 
-    def start(self) -> None:
-        """Start the progress thread (after the handlers are in)."""
+    def start(self, batches: np.ndarray) -> None:
+        """Start the progress thread (after the handlers are in); it sends the stale
+        batches of ``batches`` (``pgas.wire._batch``)."""
         pollfd = np.zeros(2, np.int32)          # struct pollfd: fd, events | revents << 16
         pollfd[0] = self.state[_EFD]
-        self._thread = threading.Thread(target=self._serve, args=(self.state, pollfd),
+        self._batches = batches                 # kept alive while the thread reads it
+        self._thread = threading.Thread(target=self._serve, args=(self.state, pollfd, batches),
                                         name=f"pgas-wire-pe{self.my_pe}", daemon=True)
         self._thread.start()
 

@@ -1,0 +1,145 @@
+"""Coalescing of small requests: the requests that need no answer before ``quiet`` (inline
+puts of up to 8 bytes, atomics that fetch nothing) wait in a per-endpoint batch and travel
+BATCH requests to one active message, as a NIC rings its doorbell once for many work
+requests. On TCP each message is a ``send`` system call, about half of what a small
+request costs; a batch pays it once.
+
+A batch goes when it is full, before any other request to the same PE (so requests to
+one PE stay in order), at ``quiet``, when a thread of this PE starts to wait for anything
+(``pgas.core._waiting``), and at the latest STALE_NS after its first request: the worker's
+progress thread sends it (``flush_stale``), so a lone put is delivered even when nobody
+waits or quiets. The batch is the message's header (UCX copies it at once), the target
+applies the requests in order and answers them in one message.
+
+The batches are one int64 array: GLOBAL_WORDS words (a lock, whether the progress thread
+sleeps, how many requests are staged, the send parameters, send failures), then a row per
+peer: its endpoint, how many requests it holds, when the first came, and the requests.
+Posting threads hold the interpreter lock; the progress thread does not, so both take the
+batches' lock (a compare-and-swap word) while they touch them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core._llvm import built_once
+from . import _target as target, _ucp as ucp
+
+__all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "new_batches", "batch_code"]
+
+BATCH = target.MAX_BATCH     # requests per message (16: 1 KiB of header)
+STALE_NS = 100_000           # the longest a request waits in a batch
+B_LOCK, B_SLEEPING, B_STAGED, B_PARAMS, B_FAILED, B_PEERS = range(6)
+GLOBAL_WORDS = 6
+P_ENDPOINT, P_COUNT, P_FIRST_NS = range(3)
+ROW_WORDS = 3 + BATCH * target.REQUEST_WORDS
+
+
+def new_batches(endpoints: list[int], params_address: int) -> np.ndarray:
+    """The batches of a requester whose peers' endpoints are ``endpoints`` (row i: peer i),
+    sent with the ``ucp_request_param_t`` at ``params_address``."""
+    batches = np.zeros(GLOBAL_WORDS + ROW_WORDS * len(endpoints), np.int64)
+    batches[B_PARAMS], batches[B_PEERS] = params_address, len(endpoints)
+    for row, endpoint in enumerate(endpoints):
+        batches[GLOBAL_WORDS + row * ROW_WORDS + P_ENDPOINT] = endpoint
+    return batches
+
+
+def _build():
+    """(stage, flush_row, flush_all, flush_stale, now_ns), compiled: numba ``njit`` functions
+    that other native code calls (the requester's post, the progress thread's loop)."""
+    from numba import njit
+
+    lib = ucp.load()
+    send, free, signal = lib.ucp_am_send_nbx, lib.ucp_request_free, lib.ucp_worker_signal
+    clock_gettime, sched_yield = lib.clock_gettime, lib.sched_yield
+    atomics = target.atomics()
+    apply_atomic = atomics.apply
+    cas, swap, words = target.AMO_CAS, target.AMO_SWAP, target.REQUEST_WORDS
+
+    @njit(nogil=True)
+    def now_ns(timespec):
+        clock_gettime(1, timespec.ctypes.data)       # CLOCK_MONOTONIC
+        return timespec[0] * 1_000_000_000 + timespec[1]
+
+    @njit(nogil=True)
+    def lock(batches):
+        address = batches.ctypes.data + 8 * B_LOCK
+        while apply_atomic(cas, 8, address, 1, 0) != 0:
+            sched_yield()           # held for one send at most
+
+    @njit(nogil=True)
+    def unlock(batches):
+        apply_atomic(swap, 8, batches.ctypes.data + 8 * B_LOCK, 0, 0)
+
+    @njit(nogil=True)
+    def send_row(batches, row):
+        """Send row ``row``'s batch (under the lock)."""
+        at = GLOBAL_WORDS + row * ROW_WORDS
+        count = batches[at + P_COUNT]
+        if count == 0:
+            return
+        request = send(batches[at + P_ENDPOINT], target.AM_BATCH, batches.ctypes.data + 8 * (at + 3), 8 * words * count,
+                       0, 0, batches[B_PARAMS])
+        if request > 0:
+            free(request)           # the header is copied; UCX completes the send
+        elif request < 0:
+            batches[B_FAILED] += count
+        batches[at + P_COUNT] = 0
+        batches[B_STAGED] -= count
+
+    @njit(nogil=True)
+    def stage(batches, row, header, worker, timespec):
+        """Add the request ``header`` (REQUEST_WORDS words) to row ``row``'s batch; send the
+        batch when full. Wakes the progress thread if it sleeps (it sends stale batches)."""
+        at = GLOBAL_WORDS + row * ROW_WORDS
+        lock(batches)
+        count = batches[at + P_COUNT]
+        if count == 0:
+            batches[at + P_FIRST_NS] = now_ns(timespec)
+        for word in range(words):
+            batches[at + 3 + count * words + word] = header[word]
+        batches[at + P_COUNT] = count + 1
+        batches[B_STAGED] += 1
+        if count + 1 == BATCH:
+            send_row(batches, row)
+        unlock(batches)             # (a full barrier: the progress thread sees the count first)
+        if batches[B_SLEEPING] != 0:
+            signal(worker)
+
+    @njit(nogil=True)
+    def flush_row(batches, row):
+        """Send row ``row``'s batch now (before another request to that PE)."""
+        if batches[GLOBAL_WORDS + row * ROW_WORDS + P_COUNT] != 0:
+            lock(batches)
+            send_row(batches, row)
+            unlock(batches)
+
+    @njit(nogil=True)
+    def flush_all(batches):
+        if batches[B_STAGED] != 0:
+            lock(batches)
+            for row in range(batches[B_PEERS]):
+                send_row(batches, row)
+            unlock(batches)
+
+    @njit(nogil=True)
+    def flush_stale(batches, now):
+        """Send the batches whose first request came STALE_NS ago or more; how many
+        nanoseconds until the next one left is stale (0: none left)."""
+        lock(batches)
+        wait = 0
+        for row in range(batches[B_PEERS]):
+            at = GLOBAL_WORDS + row * ROW_WORDS
+            if batches[at + P_COUNT] != 0:
+                age = now - batches[at + P_FIRST_NS]
+                if age >= STALE_NS:
+                    send_row(batches, row)
+                elif wait == 0 or STALE_NS - age < wait:
+                    wait = STALE_NS - age
+        unlock(batches)
+        return wait
+
+    return stage, flush_row, flush_all, flush_stale, now_ns
+
+
+batch_code = built_once(_build)
