@@ -181,6 +181,10 @@ class Transports:
             else:
                 np.copyto(o, theirs)
             return
+        if to_peer and nbi and count == 1 and s.itemsize <= 8:     # one small element: inline, as ``store``
+            self.engine.submit(fn, proxy.PUT_INLINE, pe, self._raddr(pe, s, fn, "dest"), size=s.itemsize,
+                               nbytes=s.itemsize, value=int.from_bytes(o.tobytes(), "little"), waited=False)
+            return
         # contiguous: a request per MAX_MESSAGE bytes; strided: one per element (as NVSHMEM's
         # iput over IB does)
         step = max(mlx5.MAX_MESSAGE // s.itemsize, 1) if s.flags.c_contiguous and o.flags.c_contiguous else 1

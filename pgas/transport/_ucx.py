@@ -14,7 +14,6 @@ every answer. ``fence`` needs no work.
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -44,42 +43,85 @@ def _signed(value: int) -> int:
 
 
 def _native_code(lib):
-    """(post, first_unanswered), compiled on first use."""
+    """(post, reclaim, first_unanswered), compiled on first use."""
     from numba import njit
 
     send, free, memcpy = lib.ucp_am_send_nbx, lib.ucp_request_free, lib.memcpy
     stage, flush_row, _, _, _ = batch.batch_code()
+    at = target.RING_HEADER
+
+    @njit(cache=False)
+    def free_slots(ring, capacity, failures):
+        """Advance the ring's first unfreed slot past answered requests nobody waits for;
+        one that failed is copied to ``failures`` (rows: op, PE, remote address, bytes,
+        syndrome) and passed too, while there is room there (else it stops). How many
+        failures were copied."""
+        freed, found = ring[target.R_FREED], 0
+        while freed < ring[target.R_NEXT]:
+            slot = freed % capacity
+            if ring[at + target.C_DONE * capacity + slot] != freed + 1 \
+                    or ring[at + target.C_WAITED * capacity + slot] != 0:
+                break
+            syndrome = ring[at + target.C_SYNDROME * capacity + slot]
+            if syndrome != 0:
+                if found == failures.shape[0]:
+                    break
+                failures[found, 0] = ring[at + target.C_OP * capacity + slot]
+                failures[found, 1] = ring[at + target.C_PE * capacity + slot]
+                failures[found, 2] = ring[at + target.C_RADDR * capacity + slot]
+                failures[found, 3] = ring[at + target.C_NBYTES * capacity + slot]
+                failures[found, 4] = syndrome
+                found += 1
+            freed += 1
+        ring[target.R_FREED] = freed
+        return found
 
     # The requester's native calls keep the interpreter lock (they are short): numba's
     # simulator polls its threads in a loop that holds the lock, so a simulated thread that
     # let it go would wait the switch interval (5 ms) to get it back (docs/transports.md).
+    # Holding it, they are also atomic among the requesting threads: no other lock.
     @njit(cache=False)
-    def post(endpoint, headers, ticket, op, size, rkey, raddr, nbytes, value, compare, data, params, waited,
-             batches, row, worker, timespec):
-        """Write request ``ticket``'s header into its slot and send it with ``nbytes`` of
-        ``data`` (an address; 0: none); one that nobody waits for and that carries at most
-        8 bytes joins the batch of its PE (row ``row`` of ``batches``) instead. 0, or UCX's
-        (negative) error status."""
-        slot = ticket % headers.shape[0]
+    def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, compare, laddr, waited):
+        """Take the next free slot of ``ring``, write the request into it and send it to
+        the PE of row ``row`` of ``batches`` (a put: ``nbytes`` at ``laddr``); one that
+        nobody waits for and that carries at most 8 bytes joins that PE's batch instead.
+        Its ticket; -1 when no slot is free (or a failure must be reported first: see
+        ``free_slots``); -2 - ticket when UCX could not send it (its status in the result)."""
+        capacity = ring[target.R_CAPACITY]
+        ticket = ring[target.R_NEXT]
+        if ticket - ring[target.R_FREED] >= capacity:
+            free_slots(ring, capacity, np.zeros((0, 5), np.int64))     # (it stops at a failure to report)
+            if ticket - ring[target.R_FREED] >= capacity:
+                return -1
+        ring[target.R_NEXT] = ticket + 1
+        slot = ticket % capacity
+        ring[at + target.C_OP * capacity + slot] = op
+        ring[at + target.C_LADDR * capacity + slot] = laddr
+        ring[at + target.C_WAITED * capacity + slot] = waited
+        ring[at + target.C_PE * capacity + slot] = pe
+        ring[at + target.C_RADDR * capacity + slot] = raddr
+        ring[at + target.C_NBYTES * capacity + slot] = nbytes
         h = headers[slot]
         h[0], h[1], h[2], h[3] = ticket, op, size, rkey
         h[4], h[5], h[6], h[7] = raddr, nbytes, value, compare
         value_address = headers.ctypes.data + (slot * target.REQUEST_WORDS + target.H_VALUE) * 8
         if not waited and op != target.GET and nbytes <= 8:
             if op == target.PUT:            # its bytes now, inline (the source may change after)
-                memcpy(value_address, data, nbytes)
+                memcpy(value_address, laddr, nbytes)
                 h[1] = target.PUT_INLINE
-            stage(batches, row, h, worker, timespec)
-            return 0
+            stage(batches, row, h)
+            return ticket
         flush_row(batches, row)             # the requests before it to that PE go first
-        if op == target.PUT_INLINE:
-            data = value_address
-        request = send(endpoint, target.AM_REQUEST, headers.ctypes.data + slot * target.REQUEST_WORDS * 8,
-                       target.REQUEST_WORDS * 8, data, nbytes if data else 0, params.ctypes.data)
+        data = value_address if op == target.PUT_INLINE else (laddr if op == target.PUT else 0)
+        request = send(batches[batch.GLOBAL_WORDS + row * batch.ROW_WORDS + batch.P_ENDPOINT], target.AM_REQUEST,
+                       headers.ctypes.data + slot * target.REQUEST_WORDS * 8, target.REQUEST_WORDS * 8, data,
+                       nbytes if data else 0, batches[batch.B_PARAMS])
         if request > 0:
             free(request)       # UCX completes it; the header and the data outlive it (the answer comes after)
-            return 0
-        return request
+        elif request < 0:
+            ring[at + target.C_RESULT * capacity + slot] = request
+            return -2 - ticket
+        return ticket
 
     @njit(cache=False)
     def first_unanswered(done, first, last):
@@ -90,7 +132,7 @@ def _native_code(lib):
                 return ticket
         return last
 
-    return post, first_unanswered
+    return post, free_slots, first_unanswered
 
 
 class Ucx:
@@ -104,7 +146,7 @@ class Ucx:
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
         lib = self.worker.lib
         on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers = target.callbacks()
-        self._post, self._first_unanswered = _native_code(lib)
+        self._post, self._free_slots, self._first_unanswered = _native_code(lib)
         _, _, self._flush_all, _, _ = batch.batch_code()
         # the target: this PE's heap, how answers are sent (header copied), where rendezvous
         # data is received
@@ -124,10 +166,7 @@ class Ucx:
         self.headers = np.zeros((CAPACITY, target.REQUEST_WORDS), np.int64)
         # UCX picks eager or rendezvous by size (UCX_RNDV_THRESH)
         self._request_params = self._params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
-        self._waited = np.zeros(CAPACITY, bool)
-        self._requests = [None] * CAPACITY        # (op, pe, raddr, nbytes) of each slot, for errors
-        self._next = self._freed = 0
-        self._reserve = threading.Lock()
+        self._failures = np.zeros((CAPACITY, 5), np.int64)   # what free_slots found failed
         self.errors: list[str] = []
         self.worker.handle_messages(target.AM_REQUEST, on_request, self.target_state.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWER, on_answer, self.ring.ctypes.data)
@@ -136,9 +175,8 @@ class Ucx:
         # small requests nobody waits for, coalesced per peer (pgas.wire._batch)
         peers = sorted(self.worker.endpoints)
         self._row = {pe: row for row, pe in enumerate(peers)}
-        self.batches = batch.new_batches([self.worker.endpoints[pe] for pe in peers],
+        self.batches = batch.new_batches(self.worker.handle, [self.worker.endpoints[pe] for pe in peers],
                                          self._request_params.ctypes.data)
-        self._timespec = np.zeros(2, np.int64)
         before_waiting.append(self.flush)
         self.worker.start(self.batches)
         self._wire_up()
@@ -180,54 +218,46 @@ class Ucx:
         """Send one request; returns its ticket. ``waited``: the caller will ``wait`` for
         it (else a failure is kept for the next ``quiet``)."""
         mlx5.check_message(fn, nbytes)
-        deadline = None
-        while True:
-            with self._reserve:
-                if self._next - self._reclaim() < CAPACITY:
-                    ticket = self._next
-                    self._next += 1
-                    break
-                oldest = self._freed
-            deadline = deadline or time.monotonic() + self.timeout
-            self._wait_done(fn, oldest, deadline, f"a free slot in the ucx engine's ring ({CAPACITY} outstanding)",
-                            self._peer_of(oldest))
-        slot = ticket % CAPACITY
-        self.columns[target.C_OP, slot], self.columns[target.C_LADDR, slot] = op, laddr
-        self._waited[slot] = waited
-        self._requests[slot] = (op, pe, raddr, nbytes)
-        status = self._post(self.worker.endpoints[pe], self.headers, ticket, op, size, self.nic.remote[pe].rkey,
-                            raddr, nbytes, _signed(value), _signed(compare), laddr if op == target.PUT else 0,
-                            self._request_params, waited, self.batches, self._row[pe], self.worker.handle,
-                            self._timespec)
-        if status:
+        arguments = (self.ring, self.batches, self._row[pe], self.headers, pe, op, size, self.nic.remote[pe].rkey,
+                     raddr, nbytes, _signed(value), _signed(compare), laddr, waited)
+        ticket = self._post(*arguments)
+        if ticket == -1:
+            ticket = self._post_when_free(fn, arguments)
+        if ticket < -1:
+            status = self.columns[target.C_RESULT, (-2 - ticket) % CAPACITY]
             raise PgasError(f"{fn}: UCX could not send the {OP_NAMES[op]} to PE {pe} (ucs_status_t {status})")
         return ticket
+
+    def _post_when_free(self, fn: str, arguments: tuple) -> int:
+        """Post once a slot of the ring is free (keeping the failures of the requests
+        whose slots it frees), waiting for the oldest request's answer."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self._keep_failures()
+            ticket = self._post(*arguments)
+            if ticket != -1:
+                return ticket
+            oldest = int(self.ring[target.R_FREED])
+            waiting_for = f"a free slot in the ucx engine's ring ({CAPACITY} outstanding)"
+            if self.columns[target.C_DONE, oldest % CAPACITY] == oldest + 1:     # its thread has yet to look
+                if time.monotonic() > deadline:
+                    raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for}")
+                time.sleep(0)
+            else:
+                self._wait_done(fn, oldest, deadline, waiting_for, [int(self.columns[target.C_PE, oldest % CAPACITY])])
 
     def copy_now(self, fn: str, pe: int, raddr: int, laddr: int, nbytes: int, to_peer: bool) -> None:
         """A contiguous put (``to_peer``) or get of ``nbytes`` at ``laddr``, complete on return."""
         self.wait(fn, self.submit(fn, target.PUT if to_peer else target.GET, pe, raddr, laddr=laddr, nbytes=nbytes))
         self.raise_failures(fn)
 
-    def _reclaim(self) -> int:
-        """Free done slots nobody waits for (under the reserve lock), keeping their failures."""
-        done = self.columns[target.C_DONE]
-        while self._freed < self._next:
-            slot = self._freed % CAPACITY
-            if done[slot] != self._freed + 1 or self._waited[slot]:
-                break
-            if self.columns[target.C_SYNDROME, slot]:
-                self.errors.append(self._describe("pgas (non-blocking operation, reported at quiet)", slot))
-            self._freed += 1
-        return self._freed
-
-    def _describe(self, fn: str, slot: int) -> str:
-        op, pe, raddr, nbytes = self._requests[slot]
-        return mlx5.refusal(fn, OP_NAMES[op], pe, raddr, nbytes, int(self.columns[target.C_SYNDROME, slot]))
-
-    def _peer_of(self, ticket: int) -> list[int]:
-        """[the PE of request ``ticket``], once its thread has filled in its slot."""
-        request = self._requests[ticket % CAPACITY]
-        return [request[1]] if request is not None else []
+    def _keep_failures(self) -> None:
+        """Free the answered slots nobody waits for, keeping their failures for ``quiet``."""
+        failures = self._failures
+        while found := self._free_slots(self.ring, CAPACITY, failures):
+            for op, pe, raddr, nbytes, syndrome in failures[:found].tolist():
+                self.errors.append(mlx5.refusal("pgas (non-blocking operation, reported at quiet)", OP_NAMES[op],
+                                                pe, raddr, nbytes, syndrome))
 
     def _wait_done(self, fn: str, ticket: int, deadline: float, waiting_for: str, pes) -> None:
         """Progress (then sleep on the worker's events) until request ``ticket`` is answered."""
@@ -253,34 +283,33 @@ class Ucx:
     def wait(self, fn: str, ticket: int) -> int:
         """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""
         slot = ticket % CAPACITY
-        op, pe, _, nbytes = self._requests[slot]
+        column = self.columns[:, slot]
+        op, pe, raddr, nbytes = (int(column[c]) for c in (target.C_OP, target.C_PE, target.C_RADDR, target.C_NBYTES))
         try:
             self._wait_done(fn, ticket, time.monotonic() + self.timeout,
                             f"the answer to the {OP_NAMES[op]} to PE {pe}", [pe])
-            if self.columns[target.C_SYNDROME, slot]:
-                raise PgasError(self._describe(fn, slot))
-            return int(self.columns[target.C_RESULT, slot]) & ((1 << (8 * min(nbytes, 8))) - 1 if nbytes else 0)
+            if column[target.C_SYNDROME]:
+                raise PgasError(mlx5.refusal(fn, OP_NAMES[op], pe, raddr, nbytes, int(column[target.C_SYNDROME])))
+            return int(column[target.C_RESULT]) & ((1 << (8 * min(nbytes, 8))) - 1 if nbytes else 0)
         finally:
-            self._waited[slot] = False      # the slot may be reused
+            column[target.C_WAITED] = 0     # the slot may be reused
 
     def quiet(self, fn: str) -> None:
         """Wait until every request sent so far is answered; raise the first failure of a
         request nobody waited for."""
-        last = self._next
+        last = int(self.ring[target.R_NEXT])
         self.flush()
         if self.batches[batch.B_FAILED]:
             raise PgasError(f"{fn}: UCX could not send {int(self.batches[batch.B_FAILED])} batched requests to PEs "
                             "on other nodes (a peer's endpoint failed)")
         deadline = time.monotonic() + self.timeout
         done = self.columns[target.C_DONE]
-        ticket = self._freed
+        ticket = int(self.ring[target.R_FREED])
         # many threads may quiet at once: each skips what is answered in one native scan
         while (ticket := self._first_unanswered(done, ticket, last)) < last:
-            # (some may still be being sent by their threads)
             self._wait_done(fn, ticket, deadline, f"the answers of {last - ticket} operations to PEs on other "
-                                                  "nodes", self._peer_of(ticket))
-        with self._reserve:
-            self._reclaim()
+                                                  "nodes", [int(self.columns[target.C_PE, ticket % CAPACITY])])
+        self._keep_failures()
         self.raise_failures(fn)
 
     def raise_failures(self, fn: str) -> None:

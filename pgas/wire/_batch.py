@@ -24,21 +24,23 @@ import numpy as np
 from ..core._llvm import built_once
 from . import _target as target, _ucp as ucp
 
-__all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "new_batches", "batch_code"]
+__all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "B_PARAMS", "GLOBAL_WORDS", "ROW_WORDS",
+           "P_ENDPOINT", "new_batches", "batch_code"]
 
 BATCH = target.MAX_BATCH     # requests per message (16: 1 KiB of header)
 STALE_NS = 100_000           # the longest a request waits in a batch
-B_LOCK, B_SLEEPING, B_STAGED, B_PARAMS, B_FAILED, B_PEERS = range(6)
-GLOBAL_WORDS = 6
+B_LOCK, B_SLEEPING, B_STAGED, B_PARAMS, B_FAILED, B_PEERS, B_WORKER, B_CLOCK = range(8)
+GLOBAL_WORDS = B_CLOCK + 2          # the clock: a struct timespec the stagers read the time into
 P_ENDPOINT, P_COUNT, P_FIRST_NS = range(3)
 ROW_WORDS = 3 + BATCH * target.REQUEST_WORDS
 
 
-def new_batches(endpoints: list[int], params_address: int) -> np.ndarray:
-    """The batches of a requester whose peers' endpoints are ``endpoints`` (row i: peer i),
-    sent with the ``ucp_request_param_t`` at ``params_address``."""
+def new_batches(worker: int, endpoints: list[int], params_address: int) -> np.ndarray:
+    """The batches of a requester on UCX worker ``worker`` whose peers' endpoints are
+    ``endpoints`` (row i: peer i), sent with the ``ucp_request_param_t`` at ``params_address``
+    (as every request of the requester)."""
     batches = np.zeros(GLOBAL_WORDS + ROW_WORDS * len(endpoints), np.int64)
-    batches[B_PARAMS], batches[B_PEERS] = params_address, len(endpoints)
+    batches[B_PARAMS], batches[B_PEERS], batches[B_WORKER] = params_address, len(endpoints), worker
     for row, endpoint in enumerate(endpoints):
         batches[GLOBAL_WORDS + row * ROW_WORDS + P_ENDPOINT] = endpoint
     return batches
@@ -57,9 +59,10 @@ def _build():
     cas, swap, words = target.AMO_CAS, target.AMO_SWAP, target.REQUEST_WORDS
 
     @njit(nogil=True)
-    def now_ns(timespec):
-        clock_gettime(1, timespec.ctypes.data)       # CLOCK_MONOTONIC
-        return timespec[0] * 1_000_000_000 + timespec[1]
+    def now_ns(timespec, at=0):
+        """CLOCK_MONOTONIC in nanoseconds, read into ``timespec[at:at + 2]``."""
+        clock_gettime(1, timespec.ctypes.data + 8 * at)
+        return timespec[at] * 1_000_000_000 + timespec[at + 1]
 
     @njit(nogil=True)
     def lock(batches):
@@ -88,14 +91,14 @@ def _build():
         batches[B_STAGED] -= count
 
     @njit(nogil=True)
-    def stage(batches, row, header, worker, timespec):
+    def stage(batches, row, header):
         """Add the request ``header`` (REQUEST_WORDS words) to row ``row``'s batch; send the
         batch when full. Wakes the progress thread if it sleeps (it sends stale batches)."""
         at = GLOBAL_WORDS + row * ROW_WORDS
         lock(batches)
         count = batches[at + P_COUNT]
         if count == 0:
-            batches[at + P_FIRST_NS] = now_ns(timespec)
+            batches[at + P_FIRST_NS] = now_ns(batches, B_CLOCK)     # (under the lock)
         for word in range(words):
             batches[at + 3 + count * words + word] = header[word]
         batches[at + P_COUNT] = count + 1
@@ -104,7 +107,7 @@ def _build():
             send_row(batches, row)
         unlock(batches)             # (a full barrier: the progress thread sees the count first)
         if batches[B_SLEEPING] != 0:
-            signal(worker)
+            signal(batches[B_WORKER])
 
     @njit(nogil=True)
     def flush_row(batches, row):

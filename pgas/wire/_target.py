@@ -43,12 +43,14 @@ T_PENDING = T_ANSWER + ANSWER_WORDS
 T_ANSWERS = T_PENDING + 2           # a batch's answers being written
 TARGET_WORDS = T_ANSWERS + MAX_BATCH * ANSWER_WORDS
 # The requester's ring (int64 words): its capacity, worker, parameters of rendezvous receives,
-# its own address, a receive's ticket; then one row per column: a slot's done mark (its
-# ticket + 1), fetched value, syndrome, where a get's data lands, its operation.
-R_CAPACITY, R_WORKER, R_RECEIVE_PARAMS, R_SELF, R_PENDING = range(5)
-RING_HEADER = 5
-C_DONE, C_RESULT, C_SYNDROME, C_LADDR, C_OP = range(5)
-COLUMNS = 5
+# its own address, a receive's ticket, the next ticket, the first slot not yet free; then one
+# row per column: a slot's done mark (its ticket + 1), fetched value, syndrome, where a get's
+# data lands, its operation, whether a thread waits for it, its PE, remote address and bytes.
+R_CAPACITY, R_WORKER, R_RECEIVE_PARAMS, R_SELF, R_PENDING, R_NEXT, R_FREED = range(7)
+RING_HEADER = 7
+# (the requester's own columns: who waits for the slot, and what the request was, for errors)
+C_DONE, C_RESULT, C_SYNDROME, C_LADDR, C_OP, C_WAITED, C_PE, C_RADDR, C_NBYTES = range(9)
+COLUMNS = 9
 
 # Operations, as the engines number them (pgas.transport._ibgda_ir)
 PUT, PUT_INLINE, GET, AMO_ADD, AMO_CAS, AMO_SWAP, AMO_AND, AMO_OR, AMO_XOR, AMO_FETCH = range(10)

@@ -26,7 +26,7 @@ __all__ = ["Worker"]
 
 _STOP, _EFD, _WORKER = 0, 1, 2      # words of the progress thread's state
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
-_HOT_NS = 20000                 # how long the thread keeps looking after a message
+_HOT_NS = 100_000                    # how long the thread keeps looking after a message
 _CLOSE_PAUSE_S, _CLOSE_WAIT_S = 1e-4, 10.0
 
 
