@@ -43,11 +43,11 @@ def _signed(value: int) -> int:
 
 
 def _native_code(lib):
-    """(post, reclaim, first_unanswered), compiled on first use."""
+    """(post, free_slots, flush, first_unanswered), compiled on first use."""
     from numba import njit
 
     send, free, memcpy = lib.ucp_am_send_nbx, lib.ucp_request_free, lib.memcpy
-    stage, flush_row, _, _, _ = batch.batch_code()
+    stage, flush_row, flush_all, _, _ = batch.batch_code()
     at = target.RING_HEADER
 
     @njit(cache=False)
@@ -124,6 +124,11 @@ def _native_code(lib):
         return ticket
 
     @njit(cache=False)
+    def flush(batches):
+        """Send every batch now (keeping the interpreter lock, as ``post``)."""
+        flush_all(batches)
+
+    @njit(cache=False)
     def first_unanswered(done, first, last):
         """The first ticket in [first, last) whose answer has not come (``last`` if none)."""
         capacity = done.shape[0]
@@ -132,7 +137,7 @@ def _native_code(lib):
                 return ticket
         return last
 
-    return post, free_slots, first_unanswered
+    return post, free_slots, flush, first_unanswered
 
 
 class Ucx:
@@ -146,8 +151,7 @@ class Ucx:
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
         lib = self.worker.lib
         on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers = target.callbacks()
-        self._post, self._free_slots, self._first_unanswered = _native_code(lib)
-        _, _, self._flush_all, _, _ = batch.batch_code()
+        self._post, self._free_slots, self._flush, self._first_unanswered = _native_code(lib)
         # the target: this PE's heap, how answers are sent (header copied), where rendezvous
         # data is received
         self.target_state = np.zeros(target.TARGET_WORDS, np.int64)
@@ -175,8 +179,7 @@ class Ucx:
         # small requests nobody waits for, coalesced per peer (pgas.wire._batch)
         peers = sorted(self.worker.endpoints)
         self._row = {pe: row for row, pe in enumerate(peers)}
-        self.batches = batch.new_batches(self.worker.handle, [self.worker.endpoints[pe] for pe in peers],
-                                         self._request_params.ctypes.data)
+        self.batches = batch.new_batches([self.worker.endpoints[pe] for pe in peers], self._request_params.ctypes.data)
         before_waiting.append(self.flush)
         self.worker.start(self.batches)
         self._wire_up()
@@ -209,7 +212,7 @@ class Ucx:
     def flush(self) -> None:
         """Send the batched requests now (a thread of this PE is about to wait)."""
         if self.batches[batch.B_STAGED]:
-            self._flush_all(self.batches)
+            self._flush(self.batches)
 
     # Requesters ----------------------------------------------------------------------
 

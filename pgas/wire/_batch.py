@@ -6,9 +6,9 @@ request costs; a batch pays it once.
 
 A batch goes when it is full, before any other request to the same PE (so requests to
 one PE stay in order), at ``quiet``, when a thread of this PE starts to wait for anything
-(``pgas.core._waiting``), and at the latest STALE_NS after its first request: the worker's
-progress thread sends it (``flush_stale``), so a lone put is delivered even when nobody
-waits or quiets. The batch is the message's header (UCX copies it at once), the target
+(``pgas.core._waiting``), at once while the worker's progress thread sleeps (no traffic
+lately), and at the latest STALE_NS after its first request: the awake progress thread
+sends it (``flush_stale``), so a lone put is delivered even when nobody waits or quiets. The batch is the message's header (UCX copies it at once), the target
 applies the requests in order and answers them in one message.
 
 The batches are one int64 array: GLOBAL_WORDS words (a lock, whether the progress thread
@@ -29,18 +29,17 @@ __all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "B_PARAMS"
 
 BATCH = target.MAX_BATCH     # requests per message (16: 1 KiB of header)
 STALE_NS = 100_000           # the longest a request waits in a batch
-B_LOCK, B_SLEEPING, B_STAGED, B_PARAMS, B_FAILED, B_PEERS, B_WORKER, B_CLOCK = range(8)
+B_LOCK, B_SLEEPING, B_STAGED, B_PARAMS, B_FAILED, B_PEERS, B_CLOCK = range(7)
 GLOBAL_WORDS = B_CLOCK + 2          # the clock: a struct timespec the stagers read the time into
 P_ENDPOINT, P_COUNT, P_FIRST_NS = range(3)
 ROW_WORDS = 3 + BATCH * target.REQUEST_WORDS
 
 
-def new_batches(worker: int, endpoints: list[int], params_address: int) -> np.ndarray:
-    """The batches of a requester on UCX worker ``worker`` whose peers' endpoints are
-    ``endpoints`` (row i: peer i), sent with the ``ucp_request_param_t`` at ``params_address``
-    (as every request of the requester)."""
+def new_batches(endpoints: list[int], params_address: int) -> np.ndarray:
+    """The batches of a requester whose peers' endpoints are ``endpoints`` (row i: peer i),
+    sent with the ``ucp_request_param_t`` at ``params_address`` (as all its requests)."""
     batches = np.zeros(GLOBAL_WORDS + ROW_WORDS * len(endpoints), np.int64)
-    batches[B_PARAMS], batches[B_PEERS], batches[B_WORKER] = params_address, len(endpoints), worker
+    batches[B_PARAMS], batches[B_PEERS] = params_address, len(endpoints)
     for row, endpoint in enumerate(endpoints):
         batches[GLOBAL_WORDS + row * ROW_WORDS + P_ENDPOINT] = endpoint
     return batches
@@ -52,10 +51,10 @@ def _build():
     from numba import njit
 
     lib = ucp.load()
-    send, free, signal = lib.ucp_am_send_nbx, lib.ucp_request_free, lib.ucp_worker_signal
+    send, free = lib.ucp_am_send_nbx, lib.ucp_request_free
     clock_gettime, sched_yield = lib.clock_gettime, lib.sched_yield
     atomics = target.atomics()
-    apply_atomic = atomics.apply
+    apply_atomic, fence = atomics.apply, atomics.fence
     cas, swap, words = target.AMO_CAS, target.AMO_SWAP, target.REQUEST_WORDS
 
     @njit(nogil=True)
@@ -93,7 +92,9 @@ def _build():
     @njit(nogil=True)
     def stage(batches, row, header):
         """Add the request ``header`` (REQUEST_WORDS words) to row ``row``'s batch; send the
-        batch when full. Wakes the progress thread if it sleeps (it sends stale batches)."""
+        batch when full, or at once when the progress thread sleeps: nothing came or went
+        for a while, so nothing would join it soon, and only a wake-up (a system call and a
+        thread switch, as dear as the send) could get the thread to send it later."""
         at = GLOBAL_WORDS + row * ROW_WORDS
         lock(batches)
         count = batches[at + P_COUNT]
@@ -103,11 +104,10 @@ def _build():
             batches[at + 3 + count * words + word] = header[word]
         batches[at + P_COUNT] = count + 1
         batches[B_STAGED] += 1
-        if count + 1 == BATCH:
+        fence()                     # the count before the look at the progress thread (it does the reverse)
+        if count + 1 == BATCH or batches[B_SLEEPING] != 0:
             send_row(batches, row)
-        unlock(batches)             # (a full barrier: the progress thread sees the count first)
-        if batches[B_SLEEPING] != 0:
-            signal(batches[B_WORKER])
+        unlock(batches)
 
     @njit(nogil=True)
     def flush_row(batches, row):
@@ -128,18 +128,21 @@ def _build():
     @njit(nogil=True)
     def flush_stale(batches, now):
         """Send the batches whose first request came STALE_NS ago or more; how many
-        nanoseconds until the next one left is stale (0: none left)."""
-        lock(batches)
+        nanoseconds until the next one left is stale (0: none left). It looks before it
+        locks: a thread that is about to stage must not wait for one that only looks."""
         wait = 0
         for row in range(batches[B_PEERS]):
             at = GLOBAL_WORDS + row * ROW_WORDS
-            if batches[at + P_COUNT] != 0:
-                age = now - batches[at + P_FIRST_NS]
-                if age >= STALE_NS:
+            if batches[at + P_COUNT] == 0:
+                continue
+            age = now - batches[at + P_FIRST_NS]
+            if age >= STALE_NS:
+                lock(batches)
+                if batches[at + P_COUNT] != 0 and now - batches[at + P_FIRST_NS] >= STALE_NS:
                     send_row(batches, row)
-                elif wait == 0 or STALE_NS - age < wait:
-                    wait = STALE_NS - age
-        unlock(batches)
+                unlock(batches)
+            elif wait == 0 or STALE_NS - age < wait:
+                wait = STALE_NS - age
         return wait
 
     return stage, flush_row, flush_all, flush_stale, now_ns

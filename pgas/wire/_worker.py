@@ -69,7 +69,7 @@ def _native_loops(lib):
             if now_ns(timespec) - last < _HOT_NS:
                 sched_yield()
                 continue
-            batches[B_SLEEPING] = 1      # a thread that stages from now on wakes us
+            batches[B_SLEEPING] = 1      # a thread that stages from now on sends at once
             fence()
             if batches[B_STAGED] == 0:
                 sleep_on_events(worker, pollfd, _IDLE_POLL_MS)
