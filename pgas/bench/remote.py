@@ -25,6 +25,7 @@ latencies, the time ucx adds to the call in MPI round trips; for rates, ucx / MP
 from __future__ import annotations
 
 import argparse
+import socket
 import time
 
 import numpy as np
@@ -142,16 +143,16 @@ def _mpi_figures(win, iters: int, messages: int) -> dict:
     return figures
 
 
-def _plot(path: str, ours: dict, theirs: dict) -> None:
+def _plot(path: str, ours: dict, theirs: dict, where: str) -> None:
     plt = pyplot(path)
     if plt is None:
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, kinds in zip(axes, (("p", "put_nbi"), ("add", "fetch_add"))):
         for kind in kinds:
-            for transport, marker in zip(TRANSPORTS, ("o", "s", "^")):
+            for transport, marker in zip((*TRANSPORTS, "self"), ("o", "s", "^", "+")):
                 ax.plot(THREADS, [ours[transport][f"{kind} rate {t}"] for t in THREADS], marker=marker,
-                        label=f"{transport} {kind}")
+                        label=f"{transport} {kind}", ls=":" if transport == "self" else "-")
             ax.plot(THREADS, [theirs[f"{kind} rate {t}"] for t in THREADS], marker="x", ls="--",
                     label=f"MPI {kind}")
         ax.set_xscale("log", base=2)
@@ -159,7 +160,7 @@ def _plot(path: str, ours: dict, theirs: dict) -> None:
         ax.set_xlabel("threads (MPI: operations per flush)")
         ax.legend(fontsize=7)
     axes[0].set_ylabel("messages per second")
-    fig.suptitle("8-byte remote operations, 2 PEs on 2 emulated nodes")
+    fig.suptitle(f"8-byte remote operations, 2 PEs on {where} (self: the same kernel on its own heap)")
     fig.tight_layout()
     fig.savefig(path)
     print(f"plot written to {path}")
@@ -200,6 +201,7 @@ def main(argv=None) -> None:
             ours[transport] = _pgas_figures(dest, src, args.iters, args.messages, 0 if transport == "self" else 1)
     pgas.barrier_all()
     comm = MPI.COMM_WORLD
+    hosts = comm.allgather(socket.gethostname())
     win = MPI.Win.Allocate(8 * max(THREADS), comm=comm)
     win.Lock_all()
     theirs = _mpi_figures(win, args.iters, args.messages) if me == 0 else None
@@ -224,7 +226,7 @@ def main(argv=None) -> None:
             print(f"{_label(key):26} {gpu:11,.1f} {cpu:11,.1f} {native:11,.1f} {mpi:11,.1f} {call:11,.1f} "
                   f"{over_proxy:12.3g} {beyond:12.3g} {over_mpi:13.3g} {ucx_vs_self:12.3g} {ucx_mpi:13.3g}")
         if args.plot:
-            _plot(args.plot, ours, theirs)
+            _plot(args.plot, ours, theirs, "2 hosts" if len(set(hosts)) > 1 else "2 emulated nodes")
     pgas.free(src)
     pgas.free(dest)
     pgas.finalize()
