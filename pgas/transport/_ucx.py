@@ -31,7 +31,8 @@ from ._ibgda_ir import OP_NAMES
 __all__ = ["Ucx"]
 
 CAPACITY = 1024
-_SPINS = 200            # progress rounds (each yields the core when idle) before sleeping on events
+_SPINS = 20             # progress rounds (each yields the core when idle) before sleeping: few, since a
+                        # waiter holds the interpreter lock meanwhile (the other simulated threads wait)
 _MAX_PAUSE_S = 1e-3     # the longest sleep of a waiter between rounds of progress
 _MASK = (1 << 64) - 1
 
@@ -183,6 +184,7 @@ class Ucx:
         before_waiting.append(self.flush)
         self.worker.start(self.batches)
         self._wire_up()
+        self._compile_now()
 
     def _wire_up(self) -> None:
         """Connect every endpoint now, while every PE progresses (collective: an empty get
@@ -190,6 +192,13 @@ class Ucx:
         peer to progress; left to a sleeping peer's first wake-up it could take long."""
         for pe in self.nic.peers:
             self.wait("pgas.init", self.submit("pgas.init", target.GET, pe, self.nic.remote[pe].base))
+
+    def _compile_now(self) -> None:
+        """Compile the native calls that the first request did not (numba compiles on
+        first use: a first ``quiet`` with batched requests would otherwise take 100 ms)."""
+        self._flush(self.batches)
+        self._free_slots(self.ring, CAPACITY, self._failures)
+        self._first_unanswered(self.columns[target.C_DONE], 0, 0)
 
     @staticmethod
     def _params(flags: int, completion=None, user_data: np.ndarray | None = None) -> np.ndarray:
