@@ -1,13 +1,14 @@
 """The ``ucx`` remote engine: requests to PEs on other nodes as UCX active messages,
 posted by the calling thread and answered by the target's native handler.
 
-``submit`` writes the request's header into its ring slot and sends it (one native call,
-``ucp_am_send_nbx``); the target's progress thread (or any
-of its threads that progresses the worker) checks and applies it in native code and
+``submit`` takes a ring slot, writes the request's header into it and sends it (one
+native call, ``ucp_am_send_nbx``), or adds it to its PE's batch when nobody waits for it
+and it carries at most 8 bytes (``pgas.wire._batch``); the target's progress thread (or
+any of its threads that progresses the worker) checks and applies it in native code and
 answers; the answer lands (a get's data at its address, a fetched value in the slot) and
-marks the slot done. ``wait`` progresses the worker itself, yielding the core, and sleeps
-on the worker's events when the answer is slow. No Python thread stands between a
-requester and the wire, on either side (docs/transports.md, "The ucx engine").
+marks the slot done. ``wait`` progresses the worker itself, yielding the core, then backs
+off with sleeps. No Python thread stands between a requester and the wire, on either side
+(docs/transports.md, "The ucx engine").
 
 Requests to one PE travel on one endpoint and are applied in order; ``quiet`` waits for
 every answer. ``fence`` needs no work.
