@@ -20,7 +20,7 @@ import numpy as np
 from ..core import _cpu_atomics
 from ..core._device_errors import UNREACHABLE_WHY, device_error
 from ..core._env import setting
-from ..core._errors import PgasError
+from ..core._errors import PgasError, PgasTimeoutError
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL, ACCESS_REMOTE
@@ -187,20 +187,34 @@ class Transports:
             return
         # contiguous: a request per MAX_MESSAGE bytes; strided: one per element (as NVSHMEM's
         # iput over IB does)
-        step = max(mlx5.MAX_MESSAGE // s.itemsize, 1) if s.flags.c_contiguous and o.flags.c_contiguous else 1
+        contiguous = s.flags.c_contiguous and o.flags.c_contiguous
+        step = max(mlx5.MAX_MESSAGE // s.itemsize, 1) if contiguous else 1
         pieces = [(s[i:i + step], o[i:i + step]) for i in range(0, count, step)]
         lkey, temporary = self._local_key(o)
         blocking = not nbi or temporary is not None   # a temporary registration ends with the call
-        last = None
-        for remote_part, local_part in pieces:
-            last = self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe,
-                                     self._raddr(pe, remote_part, fn, "dest" if to_peer else "src"),
-                                     laddr=local_part.__array_interface__["data"][0], lkey=lkey,
-                                     nbytes=local_part.nbytes, waited=blocking and local_part is pieces[-1][1])
+        # A blocking copy waits for each contiguous piece (a few of up to MAX_MESSAGE): a large
+        # get's data may land after the answer to a later piece (ucx: its data comes by
+        # rendezvous, the small last piece's eagerly). A strided copy's elements are small and
+        # complete in order: the last one done means all are.
+        waited = [blocking and (contiguous or index == len(pieces) - 1) for index in range(len(pieces))]
+        tickets = [self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe,
+                                      self._raddr(pe, remote_part, fn, "dest" if to_peer else "src"),
+                                      laddr=local_part.__array_interface__["data"][0], lkey=lkey,
+                                      nbytes=local_part.nbytes, waited=waits)
+                   for (remote_part, local_part), waits in zip(pieces, waited)]
         if blocking:
             try:
-                # one queue pair completes in order: the last request done means all are
-                self.engine.wait(fn, last)
+                refused = None      # every waited piece is waited for (its slot is freed then)
+                for ticket, waits in zip(tickets, waited):
+                    if waits:
+                        try:
+                            self.engine.wait(fn, ticket)
+                        except PgasTimeoutError:
+                            raise
+                        except PgasError as e:
+                            refused = refused or e
+                if refused is not None:
+                    raise refused
                 self.engine.raise_failures(fn)
             finally:
                 if temporary is not None:
