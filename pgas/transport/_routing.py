@@ -182,8 +182,7 @@ class Transports:
                 np.copyto(o, theirs)
             return
         if to_peer and nbi and count == 1 and s.itemsize <= 8:     # one small element: inline, as ``store``
-            self.engine.submit(fn, proxy.PUT_INLINE, pe, self._raddr(pe, s, fn, "dest"), size=s.itemsize,
-                               nbytes=s.itemsize, value=int.from_bytes(o.tobytes(), "little"), waited=False)
+            self._put_inline(fn, pe, self._raddr(pe, s, fn, "dest"), o.tobytes())
             return
         # contiguous: a request per MAX_MESSAGE bytes; strided: one per element (as NVSHMEM's
         # iput over IB does)
@@ -251,10 +250,15 @@ class Transports:
         raddr = self._raddr(pe, item, fn, what)
         bits = np.array([value], item.dtype)
         if item.itemsize <= 8:
-            self.engine.submit(fn, proxy.PUT_INLINE, pe, raddr, size=item.itemsize, nbytes=item.itemsize,
-                              value=int.from_bytes(bits.tobytes(), "little"), waited=False)
+            self._put_inline(fn, pe, raddr, bits.tobytes())
         else:
             self.copy(fn, pe, True, item, 1, bits, 1, 0, 1, False)
+
+    def _put_inline(self, fn: str, pe: int, raddr: int, data: bytes) -> None:
+        """An inline write of one element's ``data`` (up to 8 bytes) to ``raddr`` in PE
+        ``pe``'s heap, complete at ``quiet``."""
+        self.engine.submit(fn, proxy.PUT_INLINE, pe, raddr, size=len(data), nbytes=len(data),
+                           value=int.from_bytes(data, "little"), waited=False)
 
     def load(self, fn: str, pe: int, word: np.ndarray, what: str, acquire: bool):
         """PE ``pe``'s ``word[0]`` (``acquire``: later loads see what was stored before it)."""

@@ -273,7 +273,7 @@ class Ucx:
                                                 pe, raddr, nbytes, syndrome))
 
     def _wait_done(self, fn: str, ticket: int, deadline: float, waiting_for: str, pes) -> None:
-        """Progress (then sleep on the worker's events) until request ``ticket`` is answered."""
+        """Progress the worker (then back off with sleeps) until request ``ticket`` is answered."""
         self.flush()            # (it may wait in a batch)
         slot = ticket % CAPACITY
         mark = self.columns[target.C_DONE, slot:slot + 1]
