@@ -3,7 +3,7 @@
 ``import pgas`` chooses the backend (see ``PGAS_BACKEND``) before ``numba.cuda`` is
 imported, so import pgas first in programs not started by ``pgasrun``.
 """
-__version__ = "0.1.0"
+from .core._version import __version__
 
 from .core._backend import backend_name as _backend_name
 from .core._constants import *  # noqa: F401,F403

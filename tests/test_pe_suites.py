@@ -21,6 +21,8 @@ MODULES = {
     "checks_debug": (MULTI_PE, {"PGAS_DEBUG": "1"}),
     "checks_collectives": ([1, 2, 3, 4, 5], {}),
     "checks_device_collectives": ([1, 2, 3, 5], {}),
+    "checks_locks": ([1, 2, 4], {}),
+    "checks_scans": ([1, 2, 4], {}),
 }
 # Emulated nodes: (PEs, PEs per node). 4 PEs as 2 nodes of 2 mix load/store and the NIC
 # in one run; 3 PEs one per node send everything through the NIC. The GPU-initiated path
@@ -32,7 +34,7 @@ MODULES = {
 LAYOUTS = {"ibgda": [(4, 2), (3, 1)], "proxy": [(4, 2)], "ucx": [(4, 2)]}
 MIXED_ONLY = {"checks_collectives", "checks_device_collectives"}
 ENGINE_MODULES = {"checks_host_rma", "checks_device_rma", "checks_device_sync", "checks_errors", "checks_atomics",
-                 "checks_signals"}
+                 "checks_signals", "checks_locks"}
 
 CASES = [(module, n, name) for module, (counts, _) in MODULES.items() for n in counts
          for name in check_names(module)]

@@ -13,7 +13,7 @@ from ._device_errors import device_error
 from ._errors import PgasValueError
 
 __all__ = ["check_pe", "check_dtypes_match", "check_fits", "check_contiguous", "check_nonnegative",
-           "check_signal", "check_sig_op", "check_root"]
+           "check_signal", "check_sig_op", "check_root", "contiguous_orders", "check_same_order", "flat"]
 
 
 def check_pe(fn: str, pe, n_pes: int, what: str = "pe") -> int:
@@ -41,6 +41,36 @@ def check_contiguous(fn: str, what: str, arr) -> None:
     """``arr`` (a numpy or numba device array) must be C-contiguous."""
     if not arr.flags["C_CONTIGUOUS"]:
         raise PgasValueError(f"{fn}: {what} must be C-contiguous (use a strided call such as iput for strides)")
+
+
+def contiguous_orders(arr) -> str:
+    """The memory orders in which ``arr`` (a numpy or numba device array) is contiguous:
+    ``"CF"`` (1-D, or at most one dimension longer than 1), ``"C"``, ``"F"`` or ``""``."""
+    flags = arr.flags
+    return ("C" if flags["C_CONTIGUOUS"] else "") + ("F" if flags["F_CONTIGUOUS"] else "")
+
+
+def check_same_order(fn: str, dest, src, dest_name: str = "dest", src_name: str = "src") -> str:
+    """The memory order (``"C"`` or ``"F"``) in which both ``dest`` and ``src`` are
+    contiguous, to copy or combine them element by element in memory order; PgasValueError
+    when either is not contiguous, or when one is C-ordered and the other Fortran-ordered."""
+    d, s = contiguous_orders(dest), contiguous_orders(src)
+    for name, orders in ((dest_name, d), (src_name, s)):
+        if not orders:
+            raise PgasValueError(f"{fn}: {name} must be C-contiguous or Fortran-contiguous (use a strided "
+                                 "call such as iput for strides)")
+    common = set(d) & set(s)
+    if not common:
+        raise PgasValueError(
+            f"{fn}: {dest_name} and {src_name} must have the same memory order, got {dest_name} "
+            f"{'C' if d == 'C' else 'Fortran'}-ordered and {src_name} {'C' if s == 'C' else 'Fortran'}-ordered "
+            "(allocate both with the same order=, or copy one into the other's order first)")
+    return "C" if "C" in common else "F"
+
+
+def flat(arr, order: str):
+    """Contiguous ``arr`` as a 1-D view of its elements in memory order ``order`` (no copy)."""
+    return arr.reshape(-1, order=order)
 
 
 def check_nonnegative(fn: str, what: str, value) -> int:

@@ -35,6 +35,7 @@ PRIMITIVES = (
     "WARP_SIZE", "jit", "jit_array", "device_function", "name",
     "my_pe", "n_pes", "team_rank", "team_size", "team_pe", "team_index_of",
     "local", "plain", "plain_or_none", "part", "team_arrays", "barrier_words", "copy_strided", "reduce_from_peers",
+    "scan_to_peers",
     "transfer", "remote_store", "remote_load", "remote_rmw", "remote_compare_swap", "remote_atomic_load",
     "load_acquire", "fence", "quiet", "atomic_rmw", "atomic_compare_swap",
     "group_rank_and_size", "group_sync", "compare", "wait_for_value", "wait_for_arrivals", "wait_start", "wait_pause",

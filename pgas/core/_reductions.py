@@ -12,7 +12,7 @@ import numpy as np
 from ._errors import PgasValueError
 
 __all__ = ["OPS", "BITWISE_OPS", "REDUCTION_DTYPES", "ops_for",
-           "reduction_ufunc", "reduce_into"]
+           "reduction_ufunc", "reduce_into", "identity"]
 
 OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
        "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
@@ -53,3 +53,23 @@ def reduce_into(out: np.ndarray, arrays: list, ufunc) -> None:
     ufunc(arrays[0], arrays[1], out=out)
     for more in arrays[2:]:
         ufunc(out, more, out=out)
+
+
+def identity(op: str, dtype) -> np.generic:
+    """identity(op, dtype) -> ``op``'s identity in ``dtype`` (what an exclusive scan gives
+    team rank 0): 0 for sum, or and xor (+0.0 for floats, as OpenSHMEM's exscan says), 1
+    for prod, all bits set for and, the dtype's largest value for min (+inf for floats)
+    and smallest for max (-inf); on bool True for prod, min and and, else False."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return np.bool_(op in ("prod", "min", "and"))
+    if op in ("sum", "or", "xor"):
+        return dtype.type(0)
+    if op == "prod":
+        return dtype.type(1)
+    if op == "and":
+        return np.array(-1).astype(dtype)[()]    # every bit set, signed or not
+    if dtype.kind == "f":
+        return dtype.type(np.inf if op == "min" else -np.inf)
+    info = np.iinfo(dtype)
+    return dtype.type(info.max if op == "min" else info.min)

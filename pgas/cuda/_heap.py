@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from ..core._errors import PgasError
 from ..runtime._arrays import array_span, check_span
 from ..runtime._bootstrap import Bootstrap
@@ -119,9 +121,17 @@ class GpuSymmetricHeap:
         _, shape, strides, _ = span
         return device_array_at(self.bases[pe] + offset, shape, arr.dtype, strides, owner=self)
 
-    def array_at(self, offset: int, shape: tuple, dtype):
-        """A C-ordered device array of this PE's heap starting at ``offset``."""
-        return device_array_at(self.base + offset, shape, dtype, owner=self)
+    def array_at(self, offset: int, shape: tuple, dtype, order: str = "C"):
+        """A device array of this PE's heap starting at ``offset``, its elements in memory
+        order ``order`` ("C" or "F": Fortran strides, first index fastest)."""
+        strides = None
+        if order == "F":
+            step, strides = np.dtype(dtype).itemsize, []
+            for extent in shape:
+                strides.append(step)
+                step *= max(extent, 1)
+            strides = tuple(strides)
+        return device_array_at(self.base + offset, shape, dtype, strides, owner=self)
 
     def zero(self, offset: int, nbytes: int) -> None:
         """Zero bytes of this PE's heap, complete on return (a memset is asynchronous to

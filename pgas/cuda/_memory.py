@@ -3,25 +3,29 @@ PEs' memory (loads and stores into their mapped heaps, or the NIC: ``_nic_device
 ordering and atomics on this PE's memory."""
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core.errors import TypingError
 from numba.cuda import cgutils
 from numba.cuda.extending import intrinsic
 
+from ..core._codes import REDUCE_OPS
 from ..core._constants import MAX_TEAMS
 from ..core._cpu_atomics import ORDERED_DTYPES
 from ..core._device_errors import KIND, REDUCTIONS_IN_PLACE, UNREACHABLE_WHY
+from ..core._reductions import identity
 from . import _nic_device as nic, _ptx as ptx
 from ._checks import literal, same_dtype_or_refuse
-from ._ir import FOLD_COPY, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
+from ._ir import FOLD_COPY, combine, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
 from ._jit import jit, jit_array
 from ._state_reads import (STATE_ADDRESS, STATE_WORDS, _HEAP_BASE, _MY_PE, _N_PES, _PEER_BASES,
                            load_state as _load_state, record_failure as _record_failure)
 
 __all__ = ["name", "my_pe", "n_pes", "team_rank", "team_size", "team_pe", "team_index_of", "check_team", "local",
            "plain", "plain_or_none", "part", "team_arrays", "barrier_words", "copy_strided", "reduce_from_peers",
-           "transfer", "remote_store", "remote_load", "remote_rmw", "remote_compare_swap", "remote_atomic_load",
+           "scan_to_peers", "transfer", "remote_store", "remote_load", "remote_rmw", "remote_compare_swap",
+           "remote_atomic_load",
            "load_acquire", "fence", "quiet", "atomic_rmw", "atomic_compare_swap", "peer_address", "peer_view",
            "cast_like", "STATE_ADDRESS", "STATE_WORDS"]
 
@@ -237,6 +241,63 @@ def reduce_from_peers(fn, dst, dst_lo, src, src_lo, count, team, op, rank, size)
         if r != me:   # each member's copy found once, then its elements combined in
             theirs = ptx.flat_view(_locate(address, team_pe(team, r, fn), fn, name("src"), _MUST_MAP)[0], src)
             _fold(op, dst, dst_lo, theirs, src_lo, count, rank, size)
+
+
+@intrinsic
+def _combine(typingctx, op, a, b):
+    """a ``op`` b in their type, as numpy computes it (``_ir.combine``); ``op`` a literal."""
+    if not isinstance(op, types.IntegerLiteral) or a != b:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return combine(builder, sig.args[0].literal_value, sig.args[1], args[1], args[2])
+    return a(op, a, b), codegen
+
+
+@intrinsic
+def _identity(typingctx, op, like):
+    """``op``'s identity (``pgas/core/_reductions.py``: ``identity``) in the element type of
+    array ``like``; ``op`` a literal."""
+    if not isinstance(op, types.IntegerLiteral) or not isinstance(like, types.Array):
+        return None
+    dtype = like.dtype
+
+    def codegen(context, builder, sig, args):
+        value = identity(REDUCE_OPS[sig.args[0].literal_value], np.dtype(str(dtype)))
+        data_type = context.get_data_type(dtype)
+        if not isinstance(data_type, ir.IntType):
+            data = ir.Constant(data_type, float(value))
+        elif isinstance(dtype, types.Float):        # float16 held as its bits
+            data = ir.Constant(data_type, int(value.view(np.uint16)))
+        else:
+            data = ir.Constant(data_type, int(value))
+        return context.get_data_as_value(builder, dtype, data)
+    return dtype(op, like), codegen
+
+
+@jit
+def scan_to_peers(fn, dst, src, lo, count, team, op, exclusive, rank, size):
+    """Elements [lo, lo + count) of every member's ``dst`` = the scan of those elements of
+    the members' ``src`` with ``op`` in team-rank order (``exclusive``: of the members
+    before it, rank 0 getting op's identity); threads ``rank`` of ``size`` share the
+    elements. Each element is carried in a register from member to member, read from a
+    member's ``src`` before that member's ``dst`` is written: ``dst`` may be ``src``."""
+    dst_address, src_address = ptx.address_of(dst), ptx.address_of(src)
+    n = team_size(team, fn)
+    for i in range(lo + rank, lo + count, size):
+        acc = _identity(op, dst)
+        for q in range(n):
+            pe = team_pe(team, q, fn)
+            value = ptx.flat_view(_locate(src_address, pe, fn, name("src"), _MUST_MAP)[0], src)[i]
+            theirs = ptx.flat_view(_locate(dst_address, pe, fn, name("dest"), _MUST_MAP)[0], dst)
+            if exclusive:
+                theirs[i] = acc
+            if q == 0:
+                acc = value
+            else:
+                acc = _combine(op, acc, value)
+            if not exclusive:
+                theirs[i] = acc
 
 
 # Other PEs: loads and stores into their mapped heaps, or the NIC (``_nic_device``) --------

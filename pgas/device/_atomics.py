@@ -10,6 +10,12 @@ to atomics of every PE. The non-fetching forms (``atomic_set``, ``atomic_inc``,
 ``atomic_add``, ...) to a PE on another node return once the NIC has the request; they are
 complete at ``quiet`` (a float ``atomic_add`` there waits for its loop, so it is complete on
 return). Integer results wrap as on the GPU (``atomic_add(u64, -1)`` subtracts one).
+
+OpenSHMEM 1.6's non-blocking fetching atomics (``atomic_fetch_nbi(fetch, dest, pe)``,
+``atomic_swap_nbi``, ``atomic_compare_swap_nbi``, ``atomic_fetch_inc_nbi``,
+``atomic_fetch_add/and/or/xor_nbi``) write the old value into local ``fetch[0]``; they are
+generated from ``_NBI`` and complete on return (the value is in ``fetch`` already), a
+correct, stronger form of OpenSHMEM's "complete at the next quiet".
 """
 from __future__ import annotations
 
@@ -88,3 +94,65 @@ for _op in _BINARY:
         globals()[_f.__name__] = _f
         __all__.append(_f.__name__)
 del _op, _fetch, _f
+
+
+# Non-blocking fetching atomics (OpenSHMEM 1.6) ----------------------------------------
+
+# name -> (operands between dest and pe, what: "load", "cas", or an RMW_* code with the
+# value fixed at one for "inc")
+_NBI = {"atomic_fetch_nbi": ((), "load", 0), "atomic_swap_nbi": (("value",), "rmw", RMW_XCHG),
+        "atomic_compare_swap_nbi": (("cond", "value"), "cas", 0), "atomic_fetch_inc_nbi": ((), "inc", RMW_ADD),
+        **{f"atomic_fetch_{op}_nbi": (("value",), "rmw", code) for op, code in _BINARY.items()}}
+
+
+@_p.jit
+def _check_fetch(fn, fetch, dest):
+    """Local ``fetch`` must have ``dest``'s dtype (on a GPU, refused when the kernel
+    compiles) and at least one element."""
+    _p.check_copy(fn, _p.plain(fetch, fn, "fetch"), "fetch", 1, dest, "dest", 1, 1)
+
+
+@_p.jit
+def _store(fn, fetch, old):
+    _p.plain(fetch, fn, "fetch")[0] = old
+
+
+def _make_nbi(name: str, operands: tuple, kind: str, rmw_op: int):
+    label = f"pgas.device.{name}"
+    if kind == "load":
+        def atomic(fetch, dest, pe):
+            fn = _p.name(label)
+            d = _p.local(dest, fn, "dest")
+            _check_fetch(fn, fetch, d)
+            _store(fn, fetch, _p.remote_atomic_load(fn, d, pe, "dest"))
+    elif kind == "cas":
+        def atomic(fetch, dest, cond, value, pe):
+            fn = _p.name(label)
+            d = _p.local(dest, fn, "dest")
+            _check_fetch(fn, fetch, d)
+            _store(fn, fetch, _p.remote_compare_swap(fn, d, pe, cond, value, "dest"))
+    elif kind == "inc":
+        def atomic(fetch, dest, pe):
+            fn = _p.name(label)
+            d = _p.local(dest, fn, "dest")
+            _check_fetch(fn, fetch, d)
+            _store(fn, fetch, _p.remote_rmw(fn, d, pe, rmw_op, 1, "dest", True))
+    else:
+        def atomic(fetch, dest, value, pe):
+            fn = _p.name(label)
+            d = _p.local(dest, fn, "dest")
+            _check_fetch(fn, fetch, d)
+            _store(fn, fetch, _p.remote_rmw(fn, d, pe, rmw_op, value, "dest", True))
+    blocking = name[:-len("_nbi")]
+    atomic.__name__ = atomic.__qualname__ = name
+    atomic.__doc__ = (f"{name}({', '.join(('fetch', 'dest', *operands, 'pe'))}): ``{blocking}`` with the old "
+                      f"value written into local ``fetch[0]`` (OpenSHMEM 1.6 ``shmem_{name}``; ``fetch`` has "
+                      f"``dest``'s dtype). Complete on return, which OpenSHMEM promises only at ``quiet``.")
+    return atomic
+
+
+for _name, _entry in _NBI.items():
+    _f = _make_nbi(_name, *_entry)
+    globals()[_name] = _f
+    __all__.append(_name)
+del _name, _entry, _f

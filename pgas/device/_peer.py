@@ -22,9 +22,11 @@ views lie. Either way it is meaningful in this process only.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ._primitives import prim as _p
 
-__all__ = ["peer_array", "ptr"]
+__all__ = ["peer_array", "ptr", "team_ptr"]
 
 
 def peer_array(arr, pe):
@@ -51,3 +53,16 @@ def ptr(arr, pe):
     first element of ``peer_array(arr, pe)``.
     """
     return _p.peer_address(arr, pe, _p.name("pgas.device.ptr"))
+
+
+def team_ptr(team, arr, pe):
+    """team_ptr(team, arr, pe) -> uint64: ``ptr(arr, world_pe)`` for the PE of rank ``pe`` in
+    ``team`` (OpenSHMEM's ``shmem_team_ptr``): the address of its copy of ``arr`` in this
+    process, or 0 where it is not load/store reachable (another node) or ``pe`` is not a rank
+    of ``team`` (outside ``[0, team_n_pes(team))``).
+    """
+    fn = _p.name("pgas.device.team_ptr")
+    _p.check_team(fn, team)
+    if pe < 0 or pe >= _p.team_size(team, fn):
+        return np.uint64(0)
+    return _p.peer_address(arr, _p.team_pe(team, pe, fn), fn)

@@ -1,9 +1,15 @@
 """Device queries: which PE am I, how many are there, and the same within a team."""
 from __future__ import annotations
 
+from ..core._version import SPEC_VERSION, VERSION
 from ._primitives import prim as _p
 
-__all__ = ["my_pe", "n_pes", "team_my_pe", "team_n_pes", "team_translate_pe"]
+__all__ = ["my_pe", "n_pes", "team_my_pe", "team_n_pes", "team_translate_pe", "vendor_get_version_info",
+           "info_get_version"]
+
+# compile-time constants of the kernels that ask
+_MAJOR, _MINOR, _PATCH = VERSION
+_SPEC_MAJOR, _SPEC_MINOR = SPEC_VERSION
 
 
 def my_pe():
@@ -39,3 +45,15 @@ def team_translate_pe(src_team, pe, dest_team):
     if pe < 0 or pe >= _p.team_size(src_team, fn):
         return -1
     return _p.team_index_of(dest_team, _p.team_pe(src_team, pe, fn), fn)
+
+
+def vendor_get_version_info():
+    """vendor_get_version_info() -> (major, minor, patch): the version of pgas (NVSHMEM's
+    ``nvshmemx_vendor_get_version_info``, as a tuple rather than three pointers)."""
+    return _MAJOR, _MINOR, _PATCH
+
+
+def info_get_version():
+    """info_get_version() -> (major, minor): the OpenSHMEM specification pgas follows, (1, 6)
+    (``nvshmem_info_get_version``)."""
+    return _SPEC_MAJOR, _SPEC_MINOR

@@ -1,4 +1,5 @@
-"""Device RMA: p, g, put, get, their nbi, strided, block and warp forms.
+"""Device RMA: p, g, put, get, their nbi, strided (iput/iget), blocked strided (ibput/ibget,
+OpenSHMEM 1.6), block and warp forms.
 
 Between the PEs of a node these are loads and stores into the peer's mapped heap; to a PE
 on another node they are NIC requests (RDMA writes and reads; ``p`` an inline write). A
@@ -11,7 +12,7 @@ from __future__ import annotations
 from ..core._codes import BLOCK, THREAD, WARP
 from ._primitives import prim as _p
 
-__all__ = ["p", "g", "put", "get", "put_nbi", "get_nbi", "iput", "iget"]
+__all__ = ["p", "g", "put", "get", "put_nbi", "get_nbi", "iput", "iget", "ibput", "ibget"]
 
 
 def p(dest, value, pe):
@@ -68,6 +69,59 @@ def iput(dest, src, dst_stride, src_stride, nelems, pe):
 def iget(dest, src, dst_stride, src_stride, nelems, pe):
     """iget(dest, src, dst_stride, src_stride, nelems, pe): strided get from PE ``pe``'s ``src``."""
     _copy_strided("pgas.device.iget", dest, src, pe, False, THREAD, dst_stride, src_stride, nelems, False, False)
+
+
+@_p.jit
+def _copy_blocks(fn, dest, src, pe, to_peer, dst_stride, src_stride, blocksize, nblocks):
+    """``nblocks`` blocks of ``blocksize`` contiguous elements, block ``b`` from
+    ``b*src_stride`` of ``src`` to ``b*dst_stride`` of ``dest``; ``to_peer`` says which side is
+    PE ``pe``'s. One contiguous copy per block (one NIC request each), complete on return."""
+    if to_peer:
+        d = _p.local(dest, fn, "dest")
+        s = _p.plain(src, fn, "src")
+    else:
+        d = _p.plain(dest, fn, "dest")
+        s = _p.local(src, fn, "src")
+    if blocksize < 0:
+        _p.check_size(fn, "blocksize", blocksize, 0, "blocksize must be >= 0")
+    if nblocks < 0:
+        _p.check_size(fn, "nblocks", nblocks, 0, "nblocks must be >= 0")
+    _p.check_copy(fn, d, "dest", dst_stride, s, "src", src_stride, 0)   # dtypes, strides >= 1
+    if dst_stride < blocksize:
+        _p.check_size(fn, "each dest block", dst_stride, blocksize, "dst_stride must be >= blocksize (blocks may "
+                      "not overlap)")
+    if src_stride < blocksize:
+        _p.check_size(fn, "each src block", src_stride, blocksize, "src_stride must be >= blocksize (blocks may "
+                      "not overlap)")
+    if nblocks > 0 and blocksize > 0:
+        if (nblocks - 1) * dst_stride + blocksize > d.size:
+            _p.check_size(fn, "dest", d.size, (nblocks - 1) * dst_stride + blocksize,
+                          "the last block (at (nblocks - 1) * dst_stride, blocksize long) must end inside dest")
+        if (nblocks - 1) * src_stride + blocksize > s.size:
+            _p.check_size(fn, "src", s.size, (nblocks - 1) * src_stride + blocksize,
+                          "the last block (at (nblocks - 1) * src_stride, blocksize long) must end inside src")
+        for b in range(nblocks):
+            _p.transfer(fn, to_peer, pe, d[b * dst_stride:], 1, s[b * src_stride:], 1, blocksize, 0, 1, False)
+
+
+def ibput(dest, src, dst_stride, src_stride, blocksize, nblocks, pe):
+    """ibput(dest, src, dst_stride, src_stride, blocksize, nblocks, pe): blocked strided put
+    (OpenSHMEM 1.6 ``shmem_ibput``).
+
+    ``nblocks`` blocks of ``blocksize`` contiguous elements: block ``b`` starts at element
+    ``b*src_stride`` of local ``src`` and goes to element ``b*dst_stride`` of PE ``pe``'s
+    ``dest``. Strides count elements and must be >= ``blocksize``. Called by one thread;
+    ``src`` is reusable on return. Through the NIC each block is one request.
+    """
+    _copy_blocks("pgas.device.ibput", dest, src, pe, True, dst_stride, src_stride, blocksize, nblocks)
+
+
+def ibget(dest, src, dst_stride, src_stride, blocksize, nblocks, pe):
+    """ibget(dest, src, dst_stride, src_stride, blocksize, nblocks, pe): blocked strided get
+    (OpenSHMEM 1.6 ``shmem_ibget``): block ``b`` (``blocksize`` elements at ``b*src_stride`` of
+    PE ``pe``'s ``src``) goes to ``b*dst_stride`` of local ``dest``; the data is there on return.
+    """
+    _copy_blocks("pgas.device.ibget", dest, src, pe, False, dst_stride, src_stride, blocksize, nblocks)
 
 
 _SCOPES = {"": THREAD, "_warp": WARP, "_block": BLOCK}

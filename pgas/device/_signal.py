@@ -1,5 +1,5 @@
-"""Signals: put_signal (data, then a signal the target can wait on), signal_op,
-signal_fetch, signal_wait_until.
+"""Signals: put_signal (data, then a signal the target can wait on), signal_op (and
+OpenSHMEM 1.6's signal_add and signal_set), signal_fetch, signal_wait_until.
 
 A signal is element 0 of a symmetric uint64 (or int64) array. ``sig_op`` is SIGNAL_SET
 (the signal becomes ``value``) or SIGNAL_ADD (``value`` is added atomically).
@@ -9,7 +9,7 @@ its signal update is, so a PE that sees the signal (``signal_wait_until``) may r
 from __future__ import annotations
 
 from ..core._codes import BLOCK, RMW_ADD, RMW_XCHG, THREAD, WARP
-from ..core._constants import SIGNAL_SET
+from ..core._constants import SIGNAL_ADD, SIGNAL_SET
 from ._primitives import prim as _p
 from ._rma import _copy
 
@@ -30,6 +30,29 @@ def _update(fn, signal, value, sig_op, pe):
 def signal_op(signal, value, sig_op, pe):
     """signal_op(signal, value, sig_op, pe): update PE ``pe``'s ``signal[0]`` atomically."""
     _update("pgas.device.signal_op", signal, value, sig_op, pe)
+
+
+# OpenSHMEM 1.6's updates with the operation in the name: name -> (sig_op, what it does)
+_SIGNAL_OPS = {"signal_add": (SIGNAL_ADD, "add ``value`` to PE ``pe``'s ``signal[0]`` atomically"),
+               "signal_set": (SIGNAL_SET, "set PE ``pe``'s ``signal[0]`` to ``value`` atomically")}
+
+
+def _make_signal_op(name: str, sig_op: int, what: str):
+    label = f"pgas.device.{name}"
+
+    def update(signal, value, pe):
+        _update(_p.name(label), signal, value, sig_op, pe)
+
+    update.__name__ = update.__qualname__ = name
+    update.__doc__ = (f"{name}(signal, value, pe): {what} (OpenSHMEM 1.6 ``shmem_{name}``; "
+                      f"``signal_op`` with ``{'SIGNAL_ADD' if sig_op == SIGNAL_ADD else 'SIGNAL_SET'}``).")
+    return update
+
+
+for _name, _entry in _SIGNAL_OPS.items():
+    globals()[_name] = _make_signal_op(_name, *_entry)
+    __all__.append(_name)
+del _name, _entry
 
 
 def signal_fetch(signal):

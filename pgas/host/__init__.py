@@ -15,8 +15,21 @@ from ._signal import *  # noqa: F401,F403
 from ._signal import __all__ as _signal_all
 from ._sync import *  # noqa: F401,F403
 from ._sync import __all__ as _sync_all
+from ._locks import *  # noqa: F401,F403
+from ._locks import __all__ as _locks_all
+from ._scans import *  # noqa: F401,F403
+from ._scans import __all__ as _scans_all
+from ._contexts import *  # noqa: F401,F403
+from ._contexts import __all__ as _contexts_all
+from ._point_sync import *  # noqa: F401,F403
+from ._point_sync import __all__ as _point_sync_all
+from ._accessible import *  # noqa: F401,F403
+from ._accessible import __all__ as _accessible_all
+from ._named_collectives import *  # noqa: F401,F403
+from ._named_collectives import __all__ as _named_collectives_all
 from ._teams import *  # noqa: F401,F403
 from ._teams import __all__ as _teams_all
 
 __all__ = (_init_all + _memory_all + _rma_all + _signal_all + _atomics_all + _sync_all + _teams_all
-           + _collectives_all + _info_all)
+           + _collectives_all + _info_all + _locks_all + _scans_all + _contexts_all
+           + _point_sync_all + _accessible_all + _named_collectives_all)

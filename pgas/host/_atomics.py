@@ -8,6 +8,13 @@ itself, in a one-thread kernel (``_gpu_ops.atomic``). Every call is complete on 
 (on cuda, a non-fetching one given a stream is queued on it; a fetching one waits for its
 stream to return the value). The functions are generated from one table (``_ATOMICS``).
 Keyword names of nvshmem4py are accepted (``dst=``, ``remote_pe=``).
+
+OpenSHMEM 1.6's non-blocking fetching atomics (``atomic_fetch_nbi``, ``atomic_swap_nbi``,
+``atomic_compare_swap_nbi``, ``atomic_fetch_inc_nbi``, ``atomic_fetch_add_nbi``,
+``atomic_fetch_and/or/xor_nbi``) come from the same table: ``(fetch, dest, ..., pe,
+stream=None)``, the old value written into ``fetch[0]``. They are complete on return (the
+value is in ``fetch`` already), which is a correct ``_nbi``: OpenSHMEM only promises it at
+the next ``quiet``.
 """
 from __future__ import annotations
 
@@ -16,8 +23,10 @@ import numbers
 import numpy as np
 
 from ..core import _cpu_atomics
-from ..core._checks import check_pe
+from ..core._checks import check_contiguous, check_pe
+from ..core._device_errors import device_error
 from ..core._errors import PgasValueError
+from ..runtime._arrays import as_ndarray
 from ..runtime._state import runtime
 from ._keywords import nvshmem4py_keywords
 from ._memory import element0
@@ -58,8 +67,8 @@ def check_operand(fn: str, what: str, value, dtype, of: str = "dest"):
     return _cpu_atomics.from_bits(dtype, _cpu_atomics.as_bits(dtype, value))
 
 
-def _apply(name: str, operands: tuple, fetch: bool, op: str, dest, cond, value, pe, stream):
-    fn = f"pgas.{name}"
+def _apply(name: str, operands: tuple, fetch: bool, op: str, dest, cond, value, pe, stream, fn: str = ""):
+    fn = fn or f"pgas.{name}"
     rt = runtime(fn)
     pe = check_pe(fn, pe, rt.n_pes)
     word = element0(fn, dest, "dest")
@@ -118,3 +127,65 @@ for _name, _entry in _ATOMICS.items():
     globals()[_name] = _make(_name, *_entry)
     __all__.append(_name)
 del _name, _entry
+
+
+# The non-blocking forms of the fetching atomics (OpenSHMEM 1.6) ------------------------
+
+def _fetch_word(fn: str, fetch, dest):
+    """Element 0 of local ``fetch`` (numpy or symmetric, C-contiguous, writable, ``dest``'s
+    dtype) as a one-element array; PgasValueError naming ``fetch`` otherwise."""
+    runtime(fn)
+    word = element0(fn, dest, "dest")
+    out = as_ndarray(fetch, fn, "fetch")
+    if out.size == 0:
+        raise device_error("NOT_EMPTY", fn, "fetch")
+    check_contiguous(fn, "fetch", out)
+    if out.dtype != word.dtype:
+        raise PgasValueError(f"{fn}: fetch must have dest's dtype {word.dtype}, got {out.dtype}")
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise PgasValueError(f"{fn}: fetch must be writable, got a read-only numpy array")
+    return out.reshape(-1)[:1]
+
+
+def _apply_nbi(name: str, operands: tuple, op: str, fetch, dest, cond, value, pe, stream) -> None:
+    fn = f"pgas.{name}_nbi"
+    out = _fetch_word(fn, fetch, dest)
+    old = _apply(name, operands, True, op, dest, cond, value, pe, stream, fn)
+    if isinstance(out, np.ndarray):
+        out[0] = old
+    else:       # a device array on cuda
+        out.copy_to_device(np.array([old], out.dtype))
+
+
+def _doc_nbi(name: str, operands: tuple, op: str) -> str:
+    signature = ", ".join(("fetch", "dest", *operands, "pe", "stream=None"))
+    blocking = _doc(name, operands, True, op, "").split("Parameters")[1].split("Returns")[0]
+    return (f"{name}_nbi({signature})\n\n"
+            f"OpenSHMEM 1.6 ``shmem_{name}_nbi``: ``{name}`` with the old value written into\n"
+            f"``fetch[0]``. It is complete on return, the value already in ``fetch`` (OpenSHMEM\n"
+            f"promises it only at the next ``quiet``, so this is a correct, stronger ``_nbi``).\n\n"
+            f"Parameters\n----------\nfetch : array\n"
+            f"    Local: numpy or symmetric, C-contiguous, writable, non-empty, with ``dest``'s dtype.\n"
+            + blocking.split("----------\n", 1)[1].rstrip() + "\n")
+
+
+def _make_nbi(name: str, operands: tuple, op: str):
+    if not operands:
+        def atomic(fetch, dest, pe, stream=None):
+            _apply_nbi(name, operands, op, fetch, dest, None, None, pe, stream)
+    elif operands == ("value",):
+        def atomic(fetch, dest, value, pe, stream=None):
+            _apply_nbi(name, operands, op, fetch, dest, None, value, pe, stream)
+    else:
+        def atomic(fetch, dest, cond, value, pe, stream=None):
+            _apply_nbi(name, operands, op, fetch, dest, cond, value, pe, stream)
+    atomic.__name__ = atomic.__qualname__ = f"{name}_nbi"
+    atomic.__doc__ = _doc_nbi(name, operands, op)
+    return nvshmem4py_keywords("dst", "remote_pe")(atomic)
+
+
+for _name, (_operands, _fetch, _op, _summary) in _ATOMICS.items():
+    if _fetch:
+        globals()[f"{_name}_nbi"] = _make_nbi(_name, _operands, _op)
+        __all__.append(f"{_name}_nbi")
+del _name, _operands, _fetch, _op, _summary

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import _cpu_atomics
-from ..core._checks import check_contiguous, check_dtypes_match
+from ..core._checks import check_contiguous, check_dtypes_match, check_same_order, contiguous_orders, flat
 from ..core._errors import PgasValueError
 from ..core._waiting import Wait
 from ..runtime._arrays import array_span, as_ndarray, overlap
@@ -39,16 +39,22 @@ class Call:
         self.slot, self.me, self.n = self.team.handle, self.team.my_index, self.team.size
 
     def arrays(self, dest, src) -> tuple[np.ndarray, np.ndarray]:
-        """The flat data of symmetric ``dest`` and ``src`` (C-contiguous, in the heap)."""
+        """The flat data of symmetric ``dest`` and ``src`` (in the heap, contiguous in one
+        memory order, C or Fortran: flat in that order, as nvshmem4py's collectives take an
+        array's memory as it lies)."""
         self.dest, self.src = dest, src
-        self.d, self.s = self._symmetric(dest, "dest"), self._symmetric(src, "src")
+        d, s = as_ndarray(dest, self.fn, "dest"), as_ndarray(src, self.fn, "src")
+        order = check_same_order(self.fn, d, s)
+        self.d, self.s = self._symmetric(d, "dest", order), self._symmetric(s, "src", order)
         return self.d, self.s
 
-    def _symmetric(self, arr, what: str) -> np.ndarray:
+    def _symmetric(self, arr, what: str, order: str | None = None) -> np.ndarray:
         data = as_ndarray(arr, self.fn, what)
-        check_contiguous(self.fn, what, data)
+        orders = contiguous_orders(data)
+        if not orders:
+            check_contiguous(self.fn, what, data)
         self.rt.symmetric_offset(data, self.fn, what)
-        return data.reshape(-1)
+        return flat(data, order or orders[0])
 
     def keep(self, key: tuple, body) -> None:
         """Run ``body`` (eager: an ``_eager.runner``), now and for every repeat of this call.

@@ -1,5 +1,6 @@
-"""Host signals: ``put_signal``, ``put_signal_nbi``, ``signal_op``, ``signal_fetch`` and
-``signal_wait_until`` (same meaning as on the device).
+"""Host signals: ``put_signal``, ``put_signal_nbi``, ``signal_op`` (and OpenSHMEM 1.6's
+``signal_add``/``signal_set``), ``signal_fetch`` and ``signal_wait_until`` (same meaning as
+on the device).
 
 On the simulator backend the signal update and the wait use real CPU atomics on the
 mapped heaps, or the NIC's atomics for PEs on other nodes; on the cuda backend they are
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from ..core import _cpu_atomics
 from ..core._checks import check_pe, check_sig_op, check_signal
-from ..core._constants import SIGNAL_SET
+from ..core._constants import SIGNAL_ADD, SIGNAL_SET
 from ..core._waiting import check_cmp, wait_for_value
 from ..runtime._arrays import as_ndarray
 from ..runtime._state import Runtime, runtime
@@ -20,7 +21,7 @@ from ._keywords import nvshmem4py_keywords
 from ._memory import element0
 from ._rma import _put
 
-__all__ = ["put_signal", "put_signal_nbi", "signal_op", "signal_fetch", "signal_wait_until"]
+__all__ = ["put_signal", "put_signal_nbi", "signal_op", "signal_fetch", "signal_wait_until"]   # + _SIGNAL_OPS
 
 
 def _signal_word(fn: str, signal):
@@ -124,6 +125,44 @@ def signal_op(signal, value, sig_op, pe: int, stream=None) -> None:
     fn = "pgas.signal_op"
     rt, pe, word, value = _checked_signal(fn, signal, value, sig_op, pe)
     _update(rt, fn, word, value, sig_op, pe, stream, False)
+
+
+# OpenSHMEM 1.6's signal updates with the operation in the name: name -> (sig_op, what it does)
+_SIGNAL_OPS = {"signal_add": (SIGNAL_ADD, "add ``value`` to PE ``pe``'s ``signal[0]`` atomically"),
+               "signal_set": (SIGNAL_SET, "set PE ``pe``'s ``signal[0]`` to ``value`` atomically")}
+
+
+def _make_signal_op(name: str, sig_op: int, what: str):
+    def update(signal, value, pe: int, stream=None) -> None:
+        fn = f"pgas.{name}"
+        rt, pe, word, value = _checked_signal(fn, signal, value, sig_op, pe)
+        _update(rt, fn, word, value, sig_op, pe, stream, False)
+
+    update.__name__ = update.__qualname__ = name
+    update.__doc__ = f"""{name}(signal, value, pe, stream=None)
+
+    OpenSHMEM 1.6 ``shmem_{name}``: {what}. The same as
+    ``signal_op(signal, value, pgas.{'SIGNAL_ADD' if sig_op == SIGNAL_ADD else 'SIGNAL_SET'}, pe, stream)``:
+    complete on return (on the cuda backend with a stream, queued on it).
+
+    Parameters
+    ----------
+    signal : symmetric array
+        Element 0 of a C-contiguous uint64 (or int64) array (``signal_var=`` accepted).
+    value : int
+        The operand, as the signal's dtype (``signal_val=`` accepted).
+    pe : int
+        The target PE (``remote_pe=`` accepted).
+    stream : optional
+        cuda backend: ordered on this stream.
+    """
+    return nvshmem4py_keywords("signal_var", "signal_val", "remote_pe")(update)
+
+
+for _name, _entry in _SIGNAL_OPS.items():
+    globals()[_name] = _make_signal_op(_name, *_entry)
+    __all__.append(_name)
+del _name, _entry
 
 
 @nvshmem4py_keywords("signal_var")

@@ -8,26 +8,32 @@ synchronization and its own row of device barrier words.
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..core._checks import check_pe
 from ..core._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
 from ..core._errors import PgasError, PgasValueError
+from ..runtime._arrays import as_ndarray
 from ..runtime._barrier import wait_all
+from ..runtime._bootstrap import UniqueId, join_over_port, new_unique_id, port_opened_here
 from ..runtime._state import Runtime, runtime
 from ..runtime._team_table import Team, team_of
+from ._memory import _device_array
 from ._sync import team_barrier
 
-__all__ = ["team_split_strided", "team_split_2d", "team_my_pe", "team_n_pes",
-           "team_translate_pe", "team_destroy", "barrier", "sync"]
+__all__ = ["team_split_strided", "team_split_2d", "team_init", "get_team_unique_id", "TeamUniqueId", "TeamConfig",
+           "team_my_pe", "team_n_pes", "team_translate_pe", "team_destroy", "team_ptr", "barrier", "sync"]
 
 
-def _free_slots(rt: Runtime, parent: Team, count: int, fn: str) -> list[int]:
-    """``count`` slot numbers free on every member of ``parent`` (the same on all)."""
+def _free_slots(rt: Runtime, parent: Team, count: int, fn: str, comm=None) -> list[int]:
+    """``count`` slot numbers free on every member of ``parent`` (the same on all); agreed
+    over ``comm`` where given (the members of a team being made) instead of the parent's."""
     from mpi4py import MPI
 
     mine = sum(1 << slot for slot, team in enumerate(rt.teams) if team is None)
-    free_everywhere = parent.comm.allreduce(mine, op=MPI.BAND)
+    free_everywhere = (parent.comm if comm is None else comm).allreduce(mine, op=MPI.BAND)
     slots = [slot for slot in range(MAX_TEAMS) if free_everywhere >> slot & 1][:count]
     if len(slots) < count:
         raise PgasError(f"{fn}: no free team slot: at most pgas.MAX_TEAMS={MAX_TEAMS} teams may exist "
@@ -103,6 +109,182 @@ def team_split_2d(parent, xrange: int):
     yteam = _install(rt, yslot, col, par)
     wait_all(par.comm, fn, par.pes)
     return xteam.handle, yteam.handle
+
+
+class TeamUniqueId(UniqueId):
+    """What ``pgas.get_team_unique_id()`` returns (nvshmem4py's ``TeamUniqueId``): the MPI
+    port on which the PE that made it, team rank 0, accepts the other members in ``team_init``."""
+
+    @property
+    def value(self) -> bytes:
+        return bytes(self)
+
+
+@dataclass
+class TeamConfig:
+    """nvshmem4py's ``TeamConfig`` for ``team_init``: ``uniqueid`` from ``get_team_unique_id()``
+    (the other fields are accepted and ignored: pgas teams have no contexts of their own)."""
+
+    uniqueid: TeamUniqueId | None = None
+    num_contexts: int = 0
+    version: int = 2
+
+
+def get_team_unique_id() -> TeamUniqueId:
+    """An id for nvshmem4py's form of ``team_init`` (NVSHMEM's ``nvshmemx_team_get_uniqueid``).
+
+    Not collective. Made on the PE that will be rank 0 of the new team: it holds an MPI port
+    that PE opens, on which it accepts the other members during ``team_init`` (the port is
+    closed then). Pass it to the other members out of band (e.g. ``comm.bcast``).
+    """
+    runtime("pgas.get_team_unique_id")
+    port = new_unique_id().port
+    return TeamUniqueId(port)
+
+
+def _check_pe_list(fn: str, pes, n_pes: int) -> tuple[int, ...]:
+    """``pes`` as a tuple of distinct world PEs, or a PgasValueError naming ``pes``."""
+    try:
+        items = list(pes)
+    except TypeError:
+        raise PgasValueError(f"{fn}: pes must be a sequence of PE numbers, got {pes!r}") from None
+    if not items:
+        raise PgasValueError(f"{fn}: pes is empty; a team needs at least one PE")
+    for pe in items:
+        if isinstance(pe, (bool, np.bool_)) or not isinstance(pe, numbers.Integral):
+            raise PgasValueError(f"{fn}: pes must hold PE numbers (integers), got {pe!r} in {items}")
+        if not 0 <= pe < n_pes:
+            raise PgasValueError(f"{fn}: pes must hold PEs within [0, {n_pes}), got {int(pe)} in {items}")
+    members = tuple(int(pe) for pe in items)
+    twice = sorted({pe for pe in members if members.count(pe) > 1})
+    if twice:
+        raise PgasValueError(f"{fn}: pes names PE{'s' if len(twice) > 1 else ''} "
+                             f"{', '.join(map(str, twice))} more than once: {list(members)}")
+    return members
+
+
+def _install_over(rt: Runtime, members: tuple[int, ...], fn: str) -> int:
+    """The members (only they take part) make the team of ``members``: its communicator from
+    the world's group of them (``Create_group``, collective over the members only), a slot
+    free on all of them, fresh synchronization words. Returns the handle."""
+    world = rt.teams[TEAM_WORLD]
+    group = world.comm.Get_group()
+    try:
+        subgroup = group.Incl(list(members))
+        try:
+            comm = world.comm.Create_group(subgroup)
+        finally:
+            subgroup.Free()
+    finally:
+        group.Free()
+    try:
+        slot, = _free_slots(rt, world, 1, fn, comm)
+    except PgasError:
+        comm.Free()
+        raise
+    team = Team(slot, members, members.index(rt.my_pe), comm)
+    rt.reset_team_slot(slot)  # fresh barrier epochs; members wait for this below
+    rt.set_team(slot, team)
+    wait_all(comm, fn, members)
+    return slot
+
+
+def team_init(pes=None, config_mask: int = 0, npes: int | None = None, pe_idx_in_team: int | None = None,
+              new_team_name: str | None = None, *, config=None) -> int:
+    """The team of exactly the world PEs ``pes``, in that order (``pes[i]`` gets team rank ``i``).
+
+    Collective over those PEs only: each of them calls it with the same ``pes``; the others
+    do not call it (an MPI communicator is made from the world's group of these PEs, so no
+    other PE takes part).
+
+    nvshmem4py's form is accepted too: ``team_init(config, config_mask, npes, pe_idx_in_team)``
+    with ``config.uniqueid = pgas.get_team_unique_id()`` made on the member that passes
+    ``pe_idx_in_team=0`` and given to the others out of band; every member passes the
+    team's size and its own index in it (NVSHMEM's ``nvshmemx_team_init``).
+
+    Parameters
+    ----------
+    pes : sequence of int, or TeamConfig
+        The world PEs of the team, distinct and in range; this PE among them. Or
+        nvshmem4py's ``config`` (a ``pgas.TeamConfig``, or anything with ``uniqueid``).
+    config_mask, npes, pe_idx_in_team, new_team_name
+        nvshmem4py's form: ``npes`` and ``pe_idx_in_team`` are required; ``config_mask``
+        must be a non-negative integer; ``new_team_name`` is ignored (pgas teams are integer
+        handles).
+
+    Returns
+    -------
+    int
+        The new team's handle.
+    """
+    fn = "pgas.team_init"
+    rt = runtime(fn)
+    if config is not None or (pes is not None and hasattr(pes, "uniqueid")):
+        return _team_init_by_id(rt, config if config is not None else pes, config_mask, npes, pe_idx_in_team, fn)
+    if pes is None:
+        raise PgasValueError(f"{fn}: give pes (the world PEs of the team), or nvshmem4py's config with npes and "
+                             "pe_idx_in_team")
+    members = _check_pe_list(fn, pes, rt.n_pes)
+    if rt.my_pe not in members:
+        raise PgasValueError(f"{fn}: this PE ({rt.my_pe}) is not in pes {list(members)}: only the PEs of the new "
+                             "team call team_init")
+    return _install_over(rt, members, fn)
+
+
+def _team_init_by_id(rt: Runtime, config, config_mask, npes, pe_idx_in_team, fn: str) -> int:
+    uid = getattr(config, "uniqueid", None)
+    if not isinstance(uid, UniqueId) or uid.is_empty:
+        raise PgasValueError(f"{fn}: config.uniqueid must be an id from pgas.get_team_unique_id() (made on the "
+                             f"member with pe_idx_in_team=0, passed to the others), got {uid!r}")
+    if isinstance(config_mask, (bool, np.bool_)) or not isinstance(config_mask, numbers.Integral) or config_mask < 0:
+        raise PgasValueError(f"{fn}: config_mask must be a non-negative integer, got {config_mask!r}")
+    if npes is None or pe_idx_in_team is None:
+        raise PgasValueError(f"{fn}: nvshmem4py's form needs npes and pe_idx_in_team, got npes={npes!r}, "
+                             f"pe_idx_in_team={pe_idx_in_team!r}")
+    npes = _check_int(fn, "npes", npes, 1)
+    if npes > rt.n_pes:
+        raise PgasValueError(f"{fn}: npes must be within [1, {rt.n_pes}] (the PEs of the job), got {npes}")
+    index = _check_int(fn, "pe_idx_in_team", pe_idx_in_team, 0)
+    if index >= npes:
+        raise PgasValueError(f"{fn}: pe_idx_in_team must be within [0, npes) = [0, {npes}), got {index}")
+    made_here = port_opened_here(uid.port)
+    if (index == 0) != made_here:
+        made = "made" if made_here else "did not make"
+        raise PgasValueError(f"{fn}: the member with pe_idx_in_team=0 must be the PE that called "
+                             f"pgas.get_team_unique_id() for this id (this PE {made} it, and has "
+                             f"pe_idx_in_team={index})")
+    joined = join_over_port(uid.port, index, npes, fn, what="pe_idx_in_team")
+    try:
+        members = tuple(joined.allgather(rt.my_pe))
+    finally:
+        joined.Free()
+    return _install_over(rt, members, fn)
+
+
+def team_ptr(team, a, pe: int):
+    """A view of the copy of symmetric array ``a`` on the PE of rank ``pe`` in ``team``, as
+    ``pgas.peer_array(a, world_pe)`` (OpenSHMEM's ``shmem_team_ptr``): same node only, a
+    PgasError for a PE on another node (no load/store path; use put/get there).
+
+    Parameters
+    ----------
+    team : int
+        A team this PE belongs to.
+    a : symmetric array
+        From ``pgas.empty/zeros/full`` (or a slice of one).
+    pe : int
+        A rank in ``team``, within ``[0, team_n_pes(team))``.
+    """
+    fn = "pgas.team_ptr"
+    rt = runtime(fn)
+    found = team_of(rt, team, fn)
+    rank = check_pe(fn, pe, found.size)
+    world_pe = found.pes[rank]
+    data = as_ndarray(a, fn, "a")
+    if not rt.heap.reachable(world_pe):
+        raise PgasError(f"{fn}: team rank {rank} (PE {world_pe}) is on another node: its memory has no load/store "
+                        f"path from this PE (transport {rt.transports.kinds[world_pe]!r}); use pgas.put/pgas.get")
+    return _device_array(rt.heap.view_on(world_pe, data, fn, "a"))
 
 
 def team_my_pe(team) -> int:

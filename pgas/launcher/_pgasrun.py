@@ -273,7 +273,8 @@ def _supervise(run: _RunProcesses, run_dir: str, timeout: float | None) -> tuple
         others = len(failures) - 1
         extra = f" ({others} more PE{'s' if others > 1 else ''} failed after it)" if others else ""
         because = f"; {cause[1]}" if cause[1] and cause[0] == pe else ""
-        return pe_code or 1, f"PE {pe} {how}; the other PEs were stopped{extra}{because}"
+        status = pe_code if how.startswith(_job.GLOBAL_EXIT) else pe_code or 1
+        return status, f"PE {pe} {how}; the other PEs were stopped{extra}{because}"
     left = _job.departed(run_dir)
     # MPI itself ended the others (a PE that skipped MPI's finalize), whatever mpiexec says
     if left and (code != 0 or set(_job.live(run_dir)) - set(left)):

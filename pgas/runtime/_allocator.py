@@ -44,28 +44,38 @@ class HeapAllocator:
         """The bytes an allocation of ``nbytes`` takes from the heap (aligned units)."""
         return max(ALIGNMENT, _round_up(nbytes, ALIGNMENT))
 
-    def allocate(self, nbytes: int) -> int:
-        """Reserve ``nbytes`` (at least one aligned unit) and return its offset."""
+    def allocate(self, nbytes: int, alignment: int = ALIGNMENT) -> int:
+        """Reserve ``nbytes`` (at least one aligned unit) and return its offset, a multiple
+        of ``alignment`` (a power of two; below ``ALIGNMENT`` it is ``ALIGNMENT``)."""
         want = self.reserved_size(nbytes)
+        alignment = max(alignment, ALIGNMENT)
         for offset in self._free_offsets:
             have = self._free_sizes[offset]
-            if have >= want:
-                self._take(offset, have, want)
-                return offset
+            start = _round_up(offset, alignment)
+            if start + want <= offset + have:
+                self._take(offset, have, start, want)
+                return start
+        aligned = f" at a multiple of {alignment}" if alignment > ALIGNMENT else ""
         raise PgasError(
-            f"symmetric heap exhausted: asked for {nbytes} bytes, "
+            f"symmetric heap exhausted: asked for {nbytes} bytes{aligned}, "
             f"{self.bytes_free} bytes free (largest free block {self.largest_free()}) "
             f"of a heap of {self.size} bytes; raise PGAS_SYMMETRIC_SIZE")
 
-    def _take(self, offset: int, have: int, want: int) -> None:
+    def _take(self, offset: int, have: int, start: int, want: int) -> None:
+        """Reserve [start, start + want) of the free block [offset, offset + have); the
+        bytes before ``start`` (an aligned allocation's gap) and after stay free."""
         index = bisect.bisect_left(self._free_offsets, offset)
         del self._free_offsets[index]
         del self._free_sizes[offset]
-        if have > want:
-            rest = offset + want
-            self._free_offsets.insert(index, rest)
-            self._free_sizes[rest] = have - want
-        self._used[offset] = want
+        if start > offset:
+            self._free_offsets.insert(index, offset)
+            self._free_sizes[offset] = start - offset
+            index += 1
+        end = start + want
+        if offset + have > end:
+            self._free_offsets.insert(index, end)
+            self._free_sizes[end] = offset + have - end
+        self._used[start] = want
 
     def release(self, offset: int) -> None:
         """Return the block at ``offset`` to the free list, merging with its neighbours."""

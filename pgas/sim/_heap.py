@@ -116,9 +116,10 @@ class SymmetricHeap:
             raise PgasError(f"{fn}: PE {pe} is on another node: it has no load/store path from this PE")
         return np.ndarray(arr.shape, arr.dtype, buffer=peer, offset=offset, strides=arr.strides)
 
-    def array_at(self, offset: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
-        """A C-ordered array of this PE's heap starting at ``offset``."""
-        return np.ndarray(shape, dtype, buffer=self.views[self.my_pe], offset=offset)
+    def array_at(self, offset: int, shape: tuple, dtype: np.dtype, order: str = "C") -> np.ndarray:
+        """An array of this PE's heap starting at ``offset``, its elements in memory order
+        ``order`` ("C" or "F")."""
+        return np.ndarray(shape, dtype, buffer=self.views[self.my_pe], offset=offset, order=order)
 
     def zero(self, offset: int, nbytes: int) -> None:
         self.views[self.my_pe][offset:offset + nbytes] = 0

@@ -21,7 +21,7 @@ from ..core._checks import (check_contiguous, check_dtypes_match, check_nonnegat
 from ..core._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, RMW_NAMES, THREAD, WARP, reduce_code
 from ..core._device_errors import arrivals_waited_for, device_error, ivar_waited_for
 from ..core._errors import PgasError, PgasTimeoutError, PgasValueError
-from ..core._reductions import reduce_into, reduction_ufunc
+from ..core._reductions import identity, reduce_into, reduction_ufunc
 from ..core._waiting import Wait, check_cmp, compare, wait_for_value as _wait_for_value
 from ..runtime import _state as _runtime
 from ..runtime._arrays import as_ndarray
@@ -182,6 +182,32 @@ def reduce_from_peers(fn: str, dst: np.ndarray, dst_lo: int, src, src_lo: int, c
     order = [members.my_index] + [r for r in range(members.size) if r != members.my_index]
     shares = [transports.read(fn, members.pes[r], mine, "src") for r in order]
     reduce_into(dst[dst_lo + lo:dst_lo + hi], shares, ufunc)
+
+
+def scan_to_peers(fn: str, dst: np.ndarray, src, lo: int, count: int, team, op: int, exclusive: bool,
+                  rank: int, size: int) -> None:
+    """Elements [lo, lo + count) of every member's ``dst``: the scan of those elements of
+    the members' ``src`` with ``op``, folded in team-rank order (((s0 op s1) op s2) ...);
+    ``exclusive``: of the members before it (team rank 0 gets op's identity), else up to
+    and including it. This thread's share of the elements. Each member's ``src`` elements
+    are read before its ``dst`` elements are written and no other caller touches those
+    elements: ``dst`` may be ``src``."""
+    members = _team(team, fn)
+    ufunc = reduction_ufunc(fn, REDUCE_OPS[op], dst.dtype)
+    transports = runtime(fn).transports
+    first, piece = transports.share(fn, members.pes, count, rank, size)
+    if piece <= 0:
+        return
+    part = slice(lo + first, lo + first + piece)
+    theirs, mine = local(src, fn, "src")[part], dst[part]
+    acc = np.full(piece, identity(REDUCE_OPS[op], dst.dtype), dst.dtype) if exclusive else None
+    for q, pe in enumerate(members.pes):
+        value = np.array(transports.read(fn, pe, theirs, "src"))    # a copy: dst may be src
+        if exclusive:
+            transports.copy(fn, pe, True, mine, 1, acc, 1, 0, piece, False)
+        acc = value if q == 0 else ufunc(acc, value)
+        if not exclusive:
+            transports.copy(fn, pe, True, mine, 1, acc, 1, 0, piece, False)
 
 
 # Other PEs: every access goes through the runtime's routing (pgas/transport/_routing.py) --------

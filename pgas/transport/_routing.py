@@ -49,6 +49,7 @@ class Transports:
         self.engines: dict = {}          # remote transport name -> its engine, made on first use
         self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
         self.gpu_path = None             # cuda: the GPU-initiated path (heap.attach_nic)
+        self.registered: dict[int, tuple] = {}   # register_buffer: address -> (nbytes, array, region or None)
         self.nic = Nic(boot.comm, boot.my_pe, on_nic_failure)
         if heap.device_arrays:
             self._connect_gpu(boot, heap)
@@ -114,6 +115,10 @@ class Transports:
             engine.close()
         if self.nic is not None:
             self.nic.deregister(self.heap_region)
+            for _, _, region in self.registered.values():   # left registered: dropped with the NIC
+                if region is not None:
+                    self.nic.deregister(region)
+            self.registered = {}
             self.nic.close()
         if self.gpu_path is not None:
             self.gpu_path.close(self.nic)       # after the NIC thread has stopped
@@ -143,12 +148,16 @@ class Transports:
 
     def _local_key(self, data: np.ndarray):
         """(lkey, temporary region or None) for the local bytes of flat ``data`` (maybe
-        strided) that the NIC reads or writes: the heap's own key, or a registration of
-        just their span while the request lasts."""
+        strided) that the NIC reads or writes: the heap's own key, that of a buffer the user
+        registered (``pgas.register_buffer``), or a registration of just their span while
+        the request lasts."""
         address = data.__array_interface__["data"][0]
         span = (data.size - 1) * data.strides[0] + data.itemsize if data.size else 0
         if self.heap_region.slice(address, span) is not None:
             return self.heap_region.lkey, None
+        for _, _, region in self.registered.values():     # buffers the user registered
+            if region is not None and region.slice(address, span) is not None:
+                return region.lkey, None
         region = self.nic.register(np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(address)),
                                    ACCESS_LOCAL)
         return region.lkey, region
@@ -167,9 +176,11 @@ class Transports:
         return first, nelems * (rank + 1) // size - first
 
     def copy(self, fn: str, pe: int, to_peer: bool, sym: np.ndarray, sym_stride: int, other: np.ndarray,
-             other_stride: int, first: int, count: int, nbi: bool) -> None:
+             other_stride: int, first: int, count: int, nbi: bool, tickets: list | None = None) -> None:
         """Elements i in [first, first + count): ``to_peer``: ``other[i*other_stride]`` into
-        PE ``pe``'s ``sym[i*sym_stride]``; else the reverse. Flat arrays; ``sym`` symmetric."""
+        PE ``pe``'s ``sym[i*sym_stride]``; else the reverse. Flat arrays; ``sym`` symmetric.
+        ``tickets`` (a context's list, with ``nbi``): the NIC requests of the copy are kept
+        there for ``complete`` instead of being left to ``quiet``."""
         if count <= 0:
             return
         s = sym[first * sym_stride:(first + count - 1) * sym_stride + 1:sym_stride]
@@ -181,7 +192,7 @@ class Transports:
             else:
                 np.copyto(o, theirs)
             return
-        if to_peer and nbi and count == 1 and s.itemsize <= 8:     # one small element: inline, as ``store``
+        if to_peer and nbi and tickets is None and count == 1 and s.itemsize <= 8:   # inline, as ``store``
             self._put_inline(fn, pe, self._raddr(pe, s, fn, "dest"), o.tobytes())
             return
         # contiguous: a request per MAX_MESSAGE bytes; strided: one per element (as NVSHMEM's
@@ -195,29 +206,42 @@ class Transports:
         # get's data may land after the answer to a later piece (ucx: its data comes by
         # rendezvous, the small last piece's eagerly). A strided copy's elements are small and
         # complete in order: the last one done means all are.
-        waited = [blocking and (contiguous or index == len(pieces) - 1) for index in range(len(pieces))]
-        tickets = [self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe,
+        kept = tickets is not None and not blocking
+        waited = [kept or blocking and (contiguous or index == len(pieces) - 1) for index in range(len(pieces))]
+        posted = [self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe,
                                       self._raddr(pe, remote_part, fn, "dest" if to_peer else "src"),
                                       laddr=local_part.__array_interface__["data"][0], lkey=lkey,
                                       nbytes=local_part.nbytes, waited=waits)
                    for (remote_part, local_part), waits in zip(pieces, waited)]
+        if kept:
+            tickets.extend((self.engine, ticket) for ticket in posted)
         if blocking:
             try:
-                refused = None      # every waited piece is waited for (its slot is freed then)
-                for ticket, waits in zip(tickets, waited):
-                    if waits:
-                        try:
-                            self.engine.wait(fn, ticket)
-                        except PgasTimeoutError:
-                            raise
-                        except PgasError as e:
-                            refused = refused or e
-                if refused is not None:
-                    raise refused
+                self._wait_each(fn, [(self.engine, ticket) for ticket, waits in zip(posted, waited) if waits])
                 self.engine.raise_failures(fn)
             finally:
                 if temporary is not None:
                     self.nic.deregister(temporary)
+
+    @staticmethod
+    def _wait_each(fn: str, requests: list) -> None:
+        """Wait for every ``(engine, ticket)`` in ``requests`` (each wait frees its slot, so
+        all are waited for even after a refusal), then raise the first refusal."""
+        refused = None
+        for engine, ticket in requests:
+            try:
+                engine.wait(fn, ticket)
+            except PgasTimeoutError:
+                raise
+            except PgasError as e:
+                refused = refused or e
+        if refused is not None:
+            raise refused
+
+    def complete(self, fn: str, tickets: list) -> None:
+        """Complete the NIC requests a context kept in ``tickets`` (see ``copy``), and empty it."""
+        requests, tickets[:] = list(tickets), []
+        self._wait_each(fn, requests)
 
     def fast_copy(self, pe: int, offset: int, local: np.ndarray, to_peer: bool) -> bool:
         """The small-call fast path (``DirectCopies``) to PE ``pe`` on another node: contiguous

@@ -305,6 +305,7 @@ class Ucx:
                 raise PgasError(mlx5.refusal(fn, OP_NAMES[op], pe, raddr, nbytes, int(column[target.C_SYNDROME])))
             return int(column[target.C_RESULT]) & ((1 << (8 * min(nbytes, 8))) - 1 if nbytes else 0)
         finally:
+            column[target.C_SYNDROME] = 0   # its refusal is reported here, not again when the slot is freed
             column[target.C_WAITED] = 0     # the slot may be reused
 
     def quiet(self, fn: str) -> None:

@@ -276,3 +276,144 @@ def check_host_atomic_errors_name_the_argument():
         pgas.atomic_fetch(np.zeros(1, np.int32), 0)      # not symmetric
     for a in (i32, i8, f):
         pgas.free(a)
+
+
+@cuda.jit
+def nbi_script_kernel(dest, pe, fetched):
+    # fetched[k] gets the old value of step k; all complete at quiet
+    dev.atomic_set(dest, 10, pe)
+    dev.atomic_fetch_nbi(fetched[0:], dest, pe)                  # 10
+    dev.atomic_fetch_add_nbi(fetched[1:], dest, 5, pe)           # 10 -> 15
+    dev.atomic_fetch_inc_nbi(fetched[2:], dest, pe)              # 15 -> 16
+    dev.atomic_swap_nbi(fetched[3:], dest, 7, pe)                # 16 -> 7
+    dev.atomic_compare_swap_nbi(fetched[4:], dest, 7, 12, pe)    # hit: 7 -> 12
+    dev.atomic_compare_swap_nbi(fetched[5:], dest, 7, 99, pe)    # miss: stays 12
+    dev.atomic_fetch_and_nbi(fetched[6:], dest, 6, pe)           # 12 -> 4
+    dev.atomic_fetch_or_nbi(fetched[7:], dest, 3, pe)            # 4 -> 7
+    dev.atomic_fetch_xor_nbi(fetched[8:], dest, 5, pe)           # 7 -> 2
+    dev.quiet()
+    fetched[9] = dev.atomic_fetch(dest, pe)                      # 2
+
+
+@cuda.jit
+def fetch_add_nbi_kernel(counter, fetched, target):
+    t = cuda.threadIdx.x
+    dev.atomic_fetch_add_nbi(fetched[t:], counter, 1, target)
+    dev.quiet()
+
+
+@cuda.jit
+def nbi_bad_fetch_kernel(fetch, dest):
+    dev.atomic_fetch_add_nbi(fetch, dest, 1, 0)
+
+
+NBI_SCRIPT = [10, 10, 15, 16, 7, 12, 12, 4, 7, 2]
+
+
+def check_nbi_fetching_atomics_scripted_every_dtype_to_the_neighbour():
+    """The device and host nbi forms on the right neighbour's word (each PE its own
+    neighbour's), every integer dtype: the old values land in fetch at quiet."""
+    me, n, right, left = ring_neighbours()
+    for dtype in INT_DTYPES:
+        dest = pgas.zeros(1, dtype)
+        pgas.barrier_all()
+        fetched = pgas.full(10, 77, dtype)
+        nbi_script_kernel[1, 1](dest, right, fetched)
+        assert fetched.copy_to_host().tolist() == NBI_SCRIPT, dtype
+        pgas.barrier_all()
+        # the same script from the host, into a numpy fetch and a symmetric one
+        out = np.full(10, 77, dtype)
+        sym = pgas.full(1, 77, dtype)
+        pgas.atomic_set(dest, 10, right)
+        pgas.atomic_fetch_nbi(out[0:], dest, right)
+        pgas.atomic_fetch_add_nbi(out[1:], dest, 5, right)
+        pgas.atomic_fetch_inc_nbi(out[2:], dest, remote_pe=right)
+        pgas.atomic_swap_nbi(out[3:], dst=dest, value=7, pe=right)
+        pgas.atomic_compare_swap_nbi(out[4:], dest, 7, 12, right)
+        pgas.atomic_compare_swap_nbi(out[5:], dest, 7, 99, right)
+        pgas.atomic_fetch_and_nbi(out[6:], dest, 6, right)
+        pgas.atomic_fetch_or_nbi(out[7:], dest, 3, right)
+        pgas.atomic_fetch_xor_nbi(sym, dest, 5, right)
+        pgas.quiet()
+        out[8] = sym.copy_to_host()[0]
+        out[9] = pgas.atomic_fetch(dest, right)
+        assert out.tolist() == NBI_SCRIPT, dtype
+        pgas.barrier_all()
+        assert pgas.atomic_fetch(dest, me) == 2
+        pgas.barrier_all()
+        for a in (sym, fetched, dest):
+            pgas.free(a)
+    # floats: fetch, swap, compare_swap, fetch_add
+    for dtype in FLOAT_DTYPES:
+        dest = pgas.full(1, 1.5, dtype)
+        pgas.barrier_all()
+        out = np.zeros(4, dtype)
+        pgas.atomic_fetch_add_nbi(out[0:], dest, 0.25, right)    # 1.5 -> 1.75
+        pgas.atomic_swap_nbi(out[1:], dest, -3.0, right)         # 1.75 -> -3
+        pgas.atomic_compare_swap_nbi(out[2:], dest, -3.0, 4.5, right)
+        pgas.atomic_fetch_nbi(out[3:], dest, right)
+        pgas.quiet()
+        assert out.tolist() == [1.5, 1.75, -3.0, 4.5], dtype
+        pgas.barrier_all()
+        pgas.free(dest)
+
+
+def check_fetch_add_nbi_from_every_pe_fetches_a_permutation():
+    """Every PE's threads (device) and its host each fetch_add_nbi one into PE 0's counter:
+    the fetched values of all PEs together are exactly 0 .. total - 1."""
+    n = pgas.n_pes()
+    threads, host_calls = 4, 3
+    counter = pgas.zeros(1, np.int64)
+    fetched = pgas.full(threads, -1, np.int64)
+    pgas.barrier_all()
+    fetch_add_nbi_kernel[1, threads](counter, fetched, 0)
+    host = np.full(host_calls, -1, np.int64)
+    for i in range(host_calls):
+        pgas.atomic_fetch_add_nbi(host[i:], counter, 1, 0)
+    pgas.quiet()
+    mine = fetched.copy_to_host().tolist() + host.tolist()
+    everything = sorted(v for values in world().allgather(mine) for v in values)
+    total = n * (threads + host_calls)
+    assert everything == list(range(total))
+    pgas.barrier_all()
+    assert pgas.atomic_fetch(counter, 0) == total
+    pgas.barrier_all()
+    pgas.free(fetched)
+    pgas.free(counter)
+
+
+def check_nbi_atomic_errors_name_fetch():
+    dest = pgas.zeros(1, np.int64)
+    readonly = np.zeros(1, np.int64)
+    readonly.flags.writeable = False
+    for fetch, message in ((np.zeros(1, np.int32), r"pgas.atomic_fetch_add_nbi: fetch must have dest's dtype int64, "
+                                                   r"got int32"),
+                           (np.zeros(0, np.int64), r"pgas.atomic_fetch_add_nbi: fetch is empty; it needs at least "
+                                                   r"one element"),
+                           (readonly, r"pgas.atomic_fetch_add_nbi: fetch must be writable, got a read-only numpy "
+                                      r"array"),
+                           (np.zeros(4, np.int64)[::2], r"pgas.atomic_fetch_add_nbi: fetch must be C-contiguous")):
+        with pytest.raises(pgas.PgasValueError, match=message):
+            pgas.atomic_fetch_add_nbi(fetch, dest, 1, 0)
+    with pytest.raises(pgas.PgasError, match=r"pgas.atomic_fetch_and_nbi: dest must have one of the dtypes"):
+        pgas.atomic_fetch_and_nbi(np.zeros(1, np.float32), pgas.zeros(1, np.float32), 1, 0)
+    with pytest.raises(pgas.PgasValueError, match=rf"pgas.atomic_fetch_nbi: pe must be within \[0, {pgas.n_pes()}\)"):
+        pgas.atomic_fetch_nbi(np.zeros(1, np.int64), dest, pgas.n_pes())
+    pgas.barrier_all()
+    assert pgas.atomic_fetch(dest, pgas.my_pe()) == 0     # no refused call changed dest
+    pgas.barrier_all()
+    pgas.free(dest)
+
+
+@simulator_only("device argument checks stop a kernel with a trap on a GPU")
+def check_device_nbi_atomic_errors_name_fetch():
+    dest = pgas.zeros(1, np.int64)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.device.atomic_fetch_add_nbi: fetch and dest must have the "
+                                                  r"same dtype, got fetch int32 and dest int64"):
+        nbi_bad_fetch_kernel[1, 1](pgas.zeros(1, np.int32), dest)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.device.atomic_fetch_add_nbi: fetch has 0 elements but 1 "
+                                                  r"elements at stride 1 need 1"):
+        nbi_bad_fetch_kernel[1, 1](np.zeros(0, np.int64), dest)
+    assert dest.copy_to_host().tolist() == [0]
+    pgas.barrier_all()
+    pgas.free(dest)

@@ -1,10 +1,11 @@
 """Device RMA inside kernels: p/g, put/get (thread, warp, block, nbi), strided, many threads."""
 import numpy as np
+import pytest
 from numba import cuda
 
 import pgas
 import pgas.device as dev
-from _util import DTYPES, SIZES, pattern, ring_neighbours
+from _util import DTYPES, SIZES, pattern, ring_neighbours, simulator_only
 
 
 @cuda.jit
@@ -148,3 +149,72 @@ def check_strided_iput_and_iget():
     assert np.array_equal(fetched.copy_to_host(), expected_fetch)
     for a in (fetched, dest, src):
         pgas.free(a)
+
+
+@cuda.jit
+def blocked_kernel(dest, src, fetched, pe):
+    dev.ibput(dest, src, 5, 3, 3, 4, pe)     # src blocks [0:3],[3:6],[6:9],[9:12] -> dest[0:3],[5:8],..
+    dev.ibget(fetched, src, 3, 4, 2, 3, pe)  # peer src [0:2],[4:6],[8:10] -> fetched[0:2],[3:5],[6:8]
+
+
+@cuda.jit
+def blocked_args_kernel(dest, src, dst_stride, src_stride, blocksize, nblocks, pe, get):
+    if get:
+        dev.ibget(dest, src, dst_stride, src_stride, blocksize, nblocks, pe)
+    else:
+        dev.ibput(dest, src, dst_stride, src_stride, blocksize, nblocks, pe)
+
+
+def check_blocked_strided_ibput_and_ibget():
+    me, n, right, left = ring_neighbours()
+    src = pgas.empty(12, np.int32)
+    src.copy_to_device(np.arange(12, dtype=np.int32) + 100 * me)
+    dest = pgas.full(18, -1, np.int32)
+    fetched = pgas.full(9, -1, np.int32)
+    pgas.barrier_all()
+    blocked_kernel[1, 1](dest, src, fetched, right)
+    pgas.barrier_all()
+    expected = np.full(18, -1, np.int32)
+    for b in range(4):
+        expected[b * 5:b * 5 + 3] = np.arange(b * 3, b * 3 + 3) + 100 * left
+    assert dest.copy_to_host().tolist() == expected.tolist()
+    expected_fetch = np.full(9, -1, np.int32)
+    for b in range(3):
+        expected_fetch[b * 3:b * 3 + 2] = np.arange(b * 4, b * 4 + 2) + 100 * right
+    assert fetched.copy_to_host().tolist() == expected_fetch.tolist()
+    pgas.barrier_all()
+    # nothing moves with nblocks == 0 or blocksize == 0
+    blocked_args_kernel[1, 1](dest, src, 3, 3, 3, 0, right, False)
+    blocked_args_kernel[1, 1](fetched, src, 1, 1, 0, 5, right, True)
+    pgas.barrier_all()
+    assert dest.copy_to_host().tolist() == expected.tolist()
+    assert fetched.copy_to_host().tolist() == expected_fetch.tolist()
+    for a in (fetched, dest, src):
+        pgas.free(a)
+
+
+@simulator_only("device argument checks stop a kernel with a trap on a GPU")
+def check_blocked_strided_errors_name_the_argument():
+    dest = pgas.zeros(10, np.int32)
+    src = pgas.zeros(10, np.int32)
+    cases = [
+        ((2, 3, 3, 2, False), r"pgas.device.ibput: dst_stride must be >= blocksize \(blocks may not overlap\); "
+                              r"each dest block has 2 elements, 3 needed"),
+        ((3, 2, 3, 2, True), r"pgas.device.ibget: src_stride must be >= blocksize \(blocks may not overlap\); "
+                             r"each src block has 2 elements, 3 needed"),
+        ((4, 3, 3, 3, False), r"pgas.device.ibput: the last block \(at \(nblocks - 1\) \* dst_stride, blocksize "
+                              r"long\) must end inside dest; dest has 10 elements, 11 needed"),
+        ((3, 4, 3, 3, True), r"pgas.device.ibget: the last block \(at \(nblocks - 1\) \* src_stride, blocksize "
+                             r"long\) must end inside src; src has 10 elements, 11 needed"),
+        ((0, 1, 1, 1, False), r"pgas.device.ibput: the dest stride must be >= 1, got 0"),
+        ((1, -1, 1, 1, False), r"pgas.device.ibput: src stride must be a non-negative integer, got -1"),
+        ((1, 1, -1, 1, True), r"pgas.device.ibget: blocksize must be >= 0; blocksize has -1 elements, 0 needed"),
+        ((1, 1, 1, -2, True), r"pgas.device.ibget: nblocks must be >= 0; nblocks has -2 elements, 0 needed"),
+    ]
+    for (dst_stride, src_stride, blocksize, nblocks, get), message in cases:
+        with pytest.raises(pgas.PgasValueError, match=message):
+            blocked_args_kernel[1, 1](dest, src, dst_stride, src_stride, blocksize, nblocks, 0, get)
+    assert dest.copy_to_host().tolist() == [0] * 10
+    pgas.barrier_all()
+    pgas.free(src)
+    pgas.free(dest)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import pgas
-from _util import DTYPES, SIZES, pattern, ring_neighbours
+from _util import DTYPES, SIZES, pattern, ring_neighbours, world
 
 
 def check_put_every_size_and_dtype():
@@ -192,3 +192,130 @@ def check_small_put_get_fast_path_is_taken_and_keeps_the_checks():
     pgas.barrier_all()
     pgas.free(grid)
     pgas.free(dest)
+
+
+def _expected_blocks(base: np.ndarray, size: int, stride: int, blocksize: int, nblocks: int, fill) -> list:
+    """``size`` elements of ``fill`` with block b of ``base`` (blocksize long, taken at
+    b*blocksize) at b*stride: what a blocked strided copy leaves."""
+    out = np.full(size, fill, base.dtype)
+    for b in range(nblocks):
+        out[b * stride:b * stride + blocksize] = base[b * blocksize:b * blocksize + blocksize]
+    return out.tolist()
+
+
+def check_iput_iget_ibput_ibget_move_exactly_their_elements():
+    """Strided and blocked strided copies to and from the ring neighbours, symmetric and
+    numpy local sides; every other element keeps its value."""
+    me, n, right, left = ring_neighbours()
+    src_values = pattern(me, 40, np.int64)
+    src = pgas.empty(40, np.int64)
+    src.copy_to_device(src_values)
+    dest = pgas.full(40, -1, np.int64)
+    pgas.barrier_all()
+    # iput: 5 elements of src at stride 3 to stride 4 of the right neighbour's dest
+    pgas.iput(dest, src_values, 4, 3, 5, right)
+    pgas.barrier_all()
+    want = np.full(40, -1, np.int64)
+    want[0:20:4] = pattern(left, 40, np.int64)[0:15:3]
+    assert dest.copy_to_host().tolist() == want.tolist()
+    pgas.barrier_all()
+    # iget from the left neighbour's symmetric src into a numpy dest
+    out = np.full(12, -1, np.int64)
+    pgas.iget(out, src, 2, 5, 6, left)
+    want = np.full(12, -1, np.int64)
+    want[0:12:2] = pattern(left, 40, np.int64)[0:30:5]
+    assert out.tolist() == want.tolist()
+    # ibput: 3 blocks of 4, packed src (stride 4) to stride 7 of dest, from a symmetric src
+    dest.copy_to_device(np.full(40, -1, np.int64))
+    pgas.barrier_all()
+    pgas.ibput(dest, src, 7, 4, 4, 3, right)
+    pgas.barrier_all()
+    assert dest.copy_to_host().tolist() == _expected_blocks(pattern(left, 40, np.int64), 40, 7, 4, 3, -1)
+    pgas.barrier_all()
+    # ibget: blocks of 3 at stride 5 of the right neighbour's src, packed (stride 3) locally
+    out = np.full(15, -1, np.int64)
+    pgas.ibget(out, src, 3, 5, 3, 5, right)
+    theirs = pattern(right, 40, np.int64)
+    assert out.tolist() == np.concatenate([theirs[b * 5:b * 5 + 3] for b in range(5)]).tolist()
+    # into a symmetric dest, nvshmem4py's keywords; nblocks 0 and blocksize 0 copy nothing
+    got = pgas.full(20, -1, np.int64)
+    pgas.ibget(dst=got, src=src, dst_stride=10, src_stride=2, blocksize=2, nblocks=2, remote_pe=left)
+    assert got.copy_to_host().tolist() == _expected_blocks(
+        np.concatenate([pattern(left, 40, np.int64)[0:2], pattern(left, 40, np.int64)[2:4]]), 20, 10, 2, 2, -1)
+    pgas.ibput(dest, src, 4, 4, 4, 0, right)
+    pgas.ibget(got, src, 4, 4, 0, 3, right)
+    assert got.copy_to_host()[2:10].tolist() == [-1] * 8
+    pgas.barrier_all()
+    for a in (got, dest, src):
+        pgas.free(a)
+
+
+def check_strided_copies_refuse_bad_strides_and_blocks_past_the_end():
+    n = pgas.n_pes()
+    dest = pgas.zeros(10, np.int32)
+    src = np.zeros(10, np.int32)
+    cases = [
+        (lambda: pgas.ibput(dest, src, 2, 3, 3, 2, 0),
+         r"pgas.ibput: dst_stride must be >= blocksize \(blocks may not overlap\); each dest block has 2 "
+         r"elements, 3 needed"),
+        (lambda: pgas.ibput(dest, src, 3, 2, 3, 2, 0),
+         r"pgas.ibput: src_stride must be >= blocksize \(blocks may not overlap\); each src block has 2"),
+        (lambda: pgas.ibput(dest, src, 4, 3, 3, 3, 0),
+         r"pgas.ibput: the last block \(at \(nblocks - 1\) \* dst_stride, blocksize long\) must end inside dest; "
+         r"dest has 10 elements, 11 needed"),
+        (lambda: pgas.ibget(src, dest, 3, 4, 3, 3, 0),
+         r"pgas.ibget: the last block \(at \(nblocks - 1\) \* src_stride, blocksize long\) must end inside src; "
+         r"src has 10 elements, 11 needed"),
+        (lambda: pgas.ibput(dest, src, 0, 1, 1, 1, 0),
+         r"pgas.ibput: dst_stride must be a positive integer \(elements between block starts\), got 0"),
+        (lambda: pgas.ibget(src, dest, 1, -2, 1, 1, 0), r"pgas.ibget: src_stride must be a positive integer"),
+        (lambda: pgas.ibput(dest, src, 1, 1, -1, 1, 0), r"pgas.ibput: blocksize must be a non-negative integer"),
+        (lambda: pgas.ibput(dest, src, 1, 1, 1, -1, 0), r"pgas.ibput: nblocks must be a non-negative integer"),
+        (lambda: pgas.iput(dest, src, 2, 1, 6, 0),
+         r"pgas.iput: the last block \(at \(nblocks - 1\) \* dst_stride, blocksize long\) must end inside dest; "
+         r"dest has 10 elements, 11 needed"),
+        (lambda: pgas.iget(src, dest, 1, 0, 2, 0), r"pgas.iget: src_stride must be a positive integer"),
+        (lambda: pgas.ibput(dest, src, 1, 1, 1, 1, n), rf"pgas.ibput: pe must be within \[0, {n}\), got {n}"),
+        (lambda: pgas.ibput(dest, np.zeros(10, np.int64), 1, 1, 1, 1, 0),
+         r"pgas.ibput: dest and src must have the same dtype"),
+        (lambda: pgas.ibput(src, dest, 1, 1, 1, 1, 0), r"pgas.ibput: dest is not symmetric memory"),
+    ]
+    readonly = np.zeros(10, np.int32)
+    readonly.flags.writeable = False
+    cases.append((lambda: pgas.ibget(readonly, dest, 1, 1, 1, 1, 0), r"pgas.ibget: dest must be writable"))
+    for call, message in cases:
+        with pytest.raises(pgas.PgasValueError, match=message):
+            call()
+    assert dest.copy_to_host().tolist() == [0] * 10     # nothing was written by a refused call
+    pgas.barrier_all()
+    pgas.free(dest)
+
+
+def check_pe_quiet_completes_nbi_operations_to_those_pes():
+    """put_nbi to the right neighbour, complete after pe_quiet([right]): the neighbour sees
+    the data after an MPI barrier (which completes nothing of pgas's); pes checked."""
+    me, n, right, left = ring_neighbours()
+    src = pgas.empty(30000, np.float64)
+    src.copy_to_device(pattern(me, 30000, np.float64))
+    dest = pgas.zeros(30000, np.float64)
+    pgas.barrier_all()
+    for round_, pes in enumerate(([right], right, (right, left, right), np.array([right]))):
+        src.copy_to_device(pattern(me + round_, 30000, np.float64))
+        pgas.put_nbi(dest, src, right)
+        pgas.pe_quiet(pes)
+        world().Barrier()
+        arrived = np.array_equal(dest.copy_to_host(), pattern(left + round_, 30000, np.float64))
+        assert all(world().allgather(arrived)), (pes, arrived)     # every PE fails together
+        pgas.barrier_all()
+    pgas.pe_quiet([])
+    for bad, message in ((n, rf"pgas.pe_quiet: pes must be within \[0, {n}\), got {n}"),
+                         ([0, -1], rf"pgas.pe_quiet: pes\[1\] must be within \[0, {n}\), got -1"),
+                         ([0, 1.5], r"pgas.pe_quiet: pes\[1\] must be an integer PE number, got 1.5"),
+                         ("x", r"pgas.pe_quiet: pes\[0\] must be an integer PE number, got 'x'"),
+                         (None, r"pgas.pe_quiet: pes must be a PE number or a sequence of them, got None"),
+                         (True, r"pgas.pe_quiet: pes must be a PE number or a sequence of them, got True")):
+        with pytest.raises(pgas.PgasValueError, match=message):
+            pgas.pe_quiet(bad)
+    pgas.barrier_all()
+    for a in (dest, src):
+        pgas.free(a)

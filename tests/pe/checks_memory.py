@@ -1,11 +1,12 @@
-"""Symmetric memory: same offsets, alignment, contents, peer views, reuse."""
+"""Symmetric memory: same offsets, alignment, contents, peer views, reuse; Fortran order, calloc,
+align, malloc_with_hints, byte buffers, registered (external) buffers."""
 import os
 
 import numpy as np
 
 import pgas
 import pytest
-from _util import heap_offset, node_pes, world
+from _util import heap_offset, node_pes, on_simulator, pattern, ring_neighbours, world
 
 
 def check_same_offset_on_every_pe_and_aligned():
@@ -87,3 +88,237 @@ def check_info_reports_backend_heap_and_transports():
     regions = info["memory_regions"]    # every PE's registered heap, as exchanged at init
     assert [r["pe"] for r in regions] == list(range(n)) and all(r["size"] == 256 << 20 for r in regions)
     assert len({r["rkey"] for r in regions}) == n and "lkey" in regions[me]
+
+
+# Fortran order ---------------------------------------------------------------------------
+
+def _host(a) -> np.ndarray:
+    """The numpy array behind a simulator device array (its layout as it lies in the heap)."""
+    from pgas.runtime._arrays import as_ndarray
+    return as_ndarray(a, "test", "a")
+
+
+def check_fortran_order_arrays_lie_column_major_in_the_heap():
+    values = np.arange(12, dtype=np.int32).reshape(3, 4)
+    f = pgas.full((3, 4), values, np.int32, order="F")
+    z = pgas.zeros((2, 5), np.float64, morder="F")      # nvshmem4py's keyword
+    e = pgas.empty((4, 3), np.int16, order="F")
+    c = pgas.empty((4, 3), np.int16)
+    for a in (f, z, e):
+        assert a.copy_to_host().flags.f_contiguous and not a.copy_to_host().flags.c_contiguous
+    assert c.copy_to_host().flags.c_contiguous
+    if on_simulator():
+        assert _host(f).flags.f_contiguous and not _host(f).flags.c_contiguous
+    assert np.array_equal(f.copy_to_host(), values) and np.all(z.copy_to_host() == 0)
+    # element (i, j) at byte (i + 3 j) * 4: column-major in the heap
+    assert heap_offset(f[1:, 2:]) - heap_offset(f) == (1 + 3 * 2) * 4
+    offsets = [heap_offset(a) for a in (f, z, e, c)]
+    assert all(o == offsets for o in world().allgather(offsets))
+    for a in (c, e, z, f):
+        pgas.free(a)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.empty: order must be 'C' \(row-major\) or 'F'.*got 'K'"):
+        pgas.empty(4, order="K")
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.zeros: morder must be 'C'.*got 'f'"):
+        pgas.zeros(4, morder="f")
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.full: order and morder name the same thing"):
+        pgas.full(4, 1, order="C", morder="F")
+
+
+def check_put_and_get_copy_fortran_arrays_whole():
+    me, n, right, left = ring_neighbours()
+    shape = (3, 5)
+    mine = pattern(me, 15, np.int64).reshape(shape)
+    src = pgas.full(shape, mine, np.int64, order="F")
+    dest = pgas.zeros(shape, np.int64, order="F")
+    pgas.barrier_all()
+    pgas.put(dest, src, right)                  # symmetric F into symmetric F
+    pgas.barrier_all()
+    assert np.array_equal(dest.copy_to_host(), pattern(left, 15, np.int64).reshape(shape))
+    pgas.barrier_all()
+    pgas.put_nbi(dest, mine + 1000, right)      # a C-ordered numpy src: copied element for element
+    pgas.quiet()
+    pgas.barrier_all()
+    assert np.array_equal(dest.copy_to_host(), pattern(left, 15, np.int64).reshape(shape) + 1000)
+    out = np.zeros(shape, np.int64, order="F")
+    pgas.get(out, src, right)
+    assert np.array_equal(out, pattern(right, 15, np.int64).reshape(shape))
+    out[...] = 0
+    pgas.get_nbi(out, dest, left)               # left's dest holds its left's values + 1000
+    pgas.quiet()
+    assert np.array_equal(out, pattern((left - 1) % n, 15, np.int64).reshape(shape) + 1000)
+    c_ordered = pgas.zeros(shape, np.int64)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.put: dest and src must have the same memory order, got "
+                                                  r"dest Fortran-ordered and src C-ordered"):
+        pgas.put(dest, c_ordered, right)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.get_nbi: dest and src must have the same memory order"):
+        pgas.get_nbi(np.zeros(shape, np.int64), src, right)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.get: dest must be C-contiguous or Fortran-contiguous"):
+        pgas.get(np.zeros((3, 10), np.int64, order="F")[:, ::2], src, right)
+    pgas.barrier_all()
+    for a in (c_ordered, dest, src):
+        pgas.free(a)
+
+
+def check_collectives_take_fortran_arrays_in_memory_order():
+    me, n, _, _ = ring_neighbours()
+    shape = (3, 4)
+    src = pgas.full(shape, pattern(me, 12, np.int32).reshape(shape), np.int32, order="F")
+    dest = pgas.zeros(shape, np.int32, order="F")
+    pgas.broadcast(pgas.TEAM_WORLD, dest, src, n - 1)
+    assert np.array_equal(dest.copy_to_host(), pattern(n - 1, 12, np.int32).reshape(shape))
+    pgas.reduce(pgas.TEAM_WORLD, dest, src, "sum")
+    assert np.array_equal(dest.copy_to_host(), sum(pattern(pe, 12, np.int32) for pe in range(n)).reshape(shape))
+    # fcollect in memory order: with column-major arrays PE r's columns land at columns [4r, 4r + 4)
+    gathered = pgas.zeros((3, 4 * n), np.int32, order="F")
+    pgas.fcollect(pgas.TEAM_WORLD, gathered, src)
+    got = gathered.copy_to_host()
+    for pe in range(n):
+        assert np.array_equal(got[:, 4 * pe:4 * pe + 4], pattern(pe, 12, np.int32).reshape(shape)), pe
+    c_ordered = pgas.zeros(shape, np.int32)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.reduce: dest and src must have the same memory order"):
+        pgas.reduce(pgas.TEAM_WORLD, c_ordered, src, "sum")
+    pgas.barrier_all()
+    for a in (c_ordered, gathered, dest, src):
+        pgas.free(a)
+
+
+# calloc, align, malloc_with_hints, buffer ------------------------------------------------
+
+def check_calloc_align_and_hints_allocate_symmetric_arrays():
+    me, n, right, left = ring_neighbours()
+    used = pgas.info()["heap_used"]
+    c = pgas.calloc(10, np.int32)
+    assert c.shape == (10,) and c.dtype == np.int32 and np.all(c.copy_to_host() == 0)
+    aligned = [pgas.align(alignment, 5, np.int64) for alignment in (4096, 1 << 16, 8)]
+    offsets = [heap_offset(a) for a in aligned]
+    assert offsets[0] % 4096 == 0 and offsets[1] % (1 << 16) == 0 and offsets[2] % 256 == 0, offsets
+    assert offsets[1] != 0      # not aligned merely by being first in the heap
+    assert all(o == offsets for o in world().allgather(offsets))
+    h = pgas.malloc_with_hints(1, np.int64, pgas.MALLOC_ATOMICS_REMOTE | pgas.MALLOC_SIGNAL_REMOTE)
+    h.copy_to_device(np.zeros(1, np.int64))
+    pgas.barrier_all()
+    pgas.atomic_add(h, me + 1, right)
+    pgas.quiet()
+    pgas.barrier_all()
+    assert h.copy_to_host()[0] == left + 1
+    for bad in (3, 0, -4, 1.5, True, "8"):
+        with pytest.raises(pgas.PgasValueError, match=r"pgas.align: alignment must be a power of two"):
+            pgas.align(bad, 4, np.int64)
+    for bad in (4, -1, 1.0, "1"):
+        with pytest.raises(pgas.PgasValueError, match=r"pgas.malloc_with_hints: hints must be 0 or a combination"):
+            pgas.malloc_with_hints(4, np.int64, bad)
+    pgas.barrier_all()
+    for a in [h, *reversed(aligned), c]:
+        pgas.free(a)
+    assert pgas.info()["heap_used"] == used     # the gaps before aligned arrays were given back
+
+
+def check_byte_buffers_work_with_rma_and_collectives():
+    me, n, right, left = ring_neighbours()
+    b = pgas.buffer(8)
+    assert b.dtype == np.uint8 and b.shape == (8,)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.buffer: size must be a non-negative integer"):
+        pgas.buffer(-1)
+    b.copy_to_device(np.full(8, me + 1, np.uint8))
+    pgas.barrier_all()
+    gathered = pgas.buffer(8 * n)
+    pgas.fcollect(pgas.TEAM_WORLD, gathered, b)
+    assert np.array_equal(gathered.copy_to_host(), np.repeat(np.arange(1, n + 1, dtype=np.uint8), 8))
+    into = pgas.buffer(8)
+    pgas.broadcast(pgas.TEAM_WORLD, into, b, n - 1)
+    assert np.all(into.copy_to_host() == n)
+    pgas.reduce(pgas.TEAM_WORLD, into, b, "sum")
+    assert np.all(into.copy_to_host() == n * (n + 1) // 2)
+    blocks, out = pgas.buffer(4 * n), pgas.buffer(4 * n)
+    blocks.copy_to_device(np.array([16 * me + j for j in range(n) for _ in range(4)], np.uint8))
+    pgas.alltoall(pgas.TEAM_WORLD, out, blocks)
+    assert np.array_equal(out.copy_to_host(), np.array([16 * j + me for j in range(n) for _ in range(4)], np.uint8))
+    pgas.put(into, np.arange(8, dtype=np.uint8) + me, right)
+    pgas.barrier_all()
+    assert np.array_equal(into.copy_to_host(), np.arange(8, dtype=np.uint8) + left)
+    pgas.barrier_all()
+    for a in (out, blocks, into, gathered, b):
+        pgas.free(a)
+
+
+# Registered buffers ----------------------------------------------------------------------
+
+def _nic_key_of(local: np.ndarray):
+    """(lkey, temporary region) the transports would use for ``local`` as a NIC request's local side."""
+    from pgas.runtime._state import runtime
+    return runtime("test").transports._local_key(local.ravel(order="K"))
+
+
+def _drop(region) -> None:
+    from pgas.runtime._state import runtime
+    runtime("test").transports.nic.deregister(region)
+
+
+def check_registered_buffers_are_the_local_side_of_rma():
+    me, n, right, left = ring_neighbours()
+    dest = pgas.zeros(16, np.int64)
+    signal = pgas.zeros(1, np.uint64)
+    local = pattern(me, 16, np.int64)
+    assert pgas.register_buffer(local) is local
+    out = np.zeros(16, np.int64)
+    pgas.register_external_buffer(out)                  # nvshmem4py's name
+    grid = np.asfortranarray(pattern(me, 12, np.int64).reshape(3, 4))
+    pgas.register_buffer(grid)
+    if on_simulator():      # a registered NIC region: requests name it by its key, no registration per call
+        for buffer in (local, out, grid):
+            lkey, temporary = _nic_key_of(buffer)
+            assert temporary is None and lkey != 0
+        _, temporary = _nic_key_of(np.zeros(4))
+        assert temporary is not None        # an unregistered array: a registration for the call
+        _drop(temporary)
+    pgas.barrier_all()
+    pgas.put_nbi(dest, local, right)
+    pgas.quiet()
+    pgas.barrier_all()
+    assert np.array_equal(dest.copy_to_host(), pattern(left, 16, np.int64))
+    pgas.get_nbi(out, dest, right)          # right's dest holds my values
+    pgas.quiet()
+    assert np.array_equal(out, local)
+    out[:] = 0
+    pgas.get(out, dest, left)
+    assert np.array_equal(out, pattern((left - 1) % n, 16, np.int64))
+    pgas.barrier_all()
+    pgas.put_signal(dest, local.copy(), signal, 1, pgas.SIGNAL_ADD, right)    # unregistered src: as before
+    pgas.put_signal_nbi(dest, local, signal, 1, pgas.SIGNAL_ADD, right)
+    pgas.signal_wait_until(signal, pgas.CMP_EQ, 2)
+    assert np.array_equal(dest.copy_to_host(), pattern(left, 16, np.int64))
+    fdest = pgas.zeros((3, 4), np.int64, order="F")
+    pgas.barrier_all()
+    pgas.put_nbi(fdest, grid, right)
+    pgas.quiet()
+    pgas.barrier_all()
+    assert np.array_equal(fdest.copy_to_host(), pattern(left, 12, np.int64).reshape(3, 4))
+    # errors
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a is symmetric memory \(in this PE's"):
+        pgas.register_buffer(dest)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a .* is already registered"):
+        pgas.register_buffer(local)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a .* overlaps the registered buffer"):
+        pgas.register_buffer(local[4:8])
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a must be C-contiguous or Fortran"):
+        pgas.register_buffer(np.zeros(8)[::2])
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a must have at least one byte"):
+        pgas.register_buffer(np.zeros(0))
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.unregister_buffer: a was not registered"):
+        pgas.unregister_buffer(np.zeros(4))
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.unregister_buffer: a was not registered"):
+        pgas.unregister_buffer(local[:8])
+    pgas.unregister_buffer(local)
+    pgas.unregister_external_buffer(out)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.unregister_buffer: a was not registered"):
+        pgas.unregister_buffer(local)
+    if on_simulator():
+        temporary = _nic_key_of(local)[1]
+        assert temporary is not None        # back to a registration per call
+        _drop(temporary)
+    pgas.register_buffer(local)     # registered again: allowed once unregistered
+    pgas.unregister_buffer(local)
+    # ``grid`` stays registered: finalize drops it
+    pgas.barrier_all()
+    for a in (fdest, signal, dest):
+        pgas.free(a)

@@ -220,3 +220,53 @@ def check_host_signal_errors_name_the_argument():
         pgas.put_signal_nbi(a, a, signal, 1, pgas.SIGNAL_SET, 0, signal_op=pgas.SIGNAL_SET)
     pgas.free(signal)
     pgas.free(a)
+
+
+@cuda.jit
+def signal_add_set_kernel(signal, value, pe, add):
+    if add:
+        dev.signal_add(signal, value, pe)
+    else:
+        dev.signal_set(signal, value, pe)
+
+
+def check_signal_add_and_signal_set_host_and_device():
+    """OpenSHMEM 1.6 signal_add/signal_set: every PE adds into every PE's signal (device
+    and host alike), the exact total arrives; then set by the left neighbour."""
+    me, n, right, left = ring_neighbours()
+    for dtype in (np.uint64, np.int64):
+        signal = pgas.zeros(1, dtype)
+        pgas.barrier_all()
+        for pe in range(n):
+            signal_add_set_kernel[1, 1](signal, 1 + me, pe, True)
+            pgas.signal_add(signal, 100 * (1 + me), pe)
+        total = 101 * n * (n + 1) // 2
+        assert pgas.signal_wait_until(signal, pgas.CMP_EQ, total) == total, dtype
+        pgas.barrier_all()
+        signal_add_set_kernel[1, 1](signal, 1000 + me, right, False)
+        assert pgas.signal_wait_until(signal, pgas.CMP_EQ, 1000 + left) == 1000 + left
+        pgas.barrier_all()
+        pgas.signal_set(signal_var=signal, signal_val=5 + me, remote_pe=right)
+        assert pgas.signal_wait_until(signal, pgas.CMP_EQ, 5 + left) == 5 + left
+        pgas.barrier_all()
+        pgas.signal_add(signal, -1, right)       # wraps as an add of the dtype
+        assert pgas.signal_wait_until(signal, pgas.CMP_EQ, 4 + left) == 4 + left
+        pgas.barrier_all()
+        pgas.free(signal)
+    a = pgas.zeros(1, np.int32)
+    signal = pgas.zeros(1, np.uint64)
+    with pytest.raises(pgas.PgasError, match=r"pgas.signal_add: signal must be a non-empty uint64"):
+        pgas.signal_add(a, 1, 0)
+    with pytest.raises(pgas.PgasError, match=rf"pgas.signal_set: pe must be within \[0, {n}\), got {n}"):
+        pgas.signal_set(signal, 1, n)
+    with pytest.raises(pgas.PgasError, match=r"pgas.signal_set: value must be an integer \(signal is uint64\)"):
+        pgas.signal_set(signal, 2.5, 0)
+    if pgas.backend() == "simulator":       # device checks trap on a GPU
+        with pytest.raises(pgas.PgasError, match=r"pgas.device.signal_add: signal must be a non-empty uint64"):
+            signal_add_set_kernel[1, 1](a, 1, 0, True)
+        with pytest.raises(pgas.PgasError, match=rf"pgas.device.signal_set: pe must be within \[0, {n}\), got {n}"):
+            signal_add_set_kernel[1, 1](signal, 1, n, False)
+    assert signal.copy_to_host().tolist() == [0]
+    pgas.barrier_all()
+    pgas.free(signal)
+    pgas.free(a)

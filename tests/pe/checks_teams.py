@@ -119,7 +119,7 @@ def check_split_strided_members_queries_and_translation():
 
 
 def check_team_barriers_host_and_device_every_form():
-    me, n = pgas.my_pe(), pgas.n_pes()
+    n = pgas.n_pes()
     _check_team_barriers(pgas.TEAM_WORLD)
     evens = pgas.team_split_strided(pgas.TEAM_WORLD, 0, 2, (n + 1) // 2)
     _check_team_barriers(evens)
@@ -181,3 +181,183 @@ def check_team_errors():
     out = np.zeros(1, np.int64)
     with pytest.raises(pgas.PgasError, match=r"tid=\[0, 0, 0\].*pgas.device.team_n_pes: team 9 is not a team"):
         bad_team_kernel[1, 1](9, out)
+
+
+@cuda.jit
+def team_collectives_kernel(team, dest, src, seen):
+    # a reduction and a barrier on the team, then each member's address through team_ptr
+    dev.sum_reduce(team, dest, src)
+    dev.barrier(team)
+    for r in range(dev.team_n_pes(team)):
+        seen[r] = dev.team_ptr(team, src, r)
+    seen[dev.team_n_pes(team)] = dev.team_ptr(team, src, dev.team_n_pes(team))   # not a rank: 0
+
+
+@cuda.jit
+def version_kernel(out):
+    major, minor, patch = dev.vendor_get_version_info()
+    out[0], out[1], out[2] = major, minor, patch
+    spec_major, spec_minor = dev.info_get_version()
+    out[3], out[4] = spec_major, spec_minor
+
+
+def _reversed_odd_pes():
+    return [pe for pe in range(pgas.n_pes()) if pe % 2 == 1][::-1]
+
+
+def check_team_init_from_a_pe_list_host_and_device():
+    me = pgas.my_pe()
+    odd = _reversed_odd_pes()                      # e.g. [3, 1]: team rank 0 is PE 3
+    src = pgas.full(4, float(me + 1), np.float64)  # every PE allocates (collective over the world)
+    dest = pgas.zeros(4, np.float64)
+    gathered = pgas.zeros(4 * max(len(odd), 1), np.float64)
+    words = pgas.zeros(1, np.int64)
+    if me in odd:
+        team = pgas.team_init(odd)
+        rank = odd.index(me)
+        assert pgas.team_my_pe(team) == rank and pgas.team_n_pes(team) == len(odd)
+        assert [pgas.team_translate_pe(team, r, pgas.TEAM_WORLD) for r in range(len(odd))] == odd
+        assert pgas.team_translate_pe(pgas.TEAM_WORLD, me, team) == rank
+        out = np.zeros(4, np.int64)
+        team_query_kernel[1, 1](team, out)
+        assert out.tolist() == [rank, len(odd), odd[0], rank]
+        pgas.barrier(team)
+        pgas.sync(team)
+        pgas.reduce(team, dest, src, op="sum")                 # host collectives on it
+        assert dest.copy_to_host().tolist() == [float(sum(pe + 1 for pe in odd))] * 4
+        pgas.fcollect(team, gathered, src)
+        assert gathered.copy_to_host().tolist() == [float(pe + 1) for pe in odd for _ in range(4)]
+        pgas.broadcast(team, dest, src, 0)                     # from team rank 0 = PE odd[0]
+        assert dest.copy_to_host().tolist() == [float(odd[0] + 1)] * 4
+        pgas.barrier(team)
+        # device: reduction and barrier in a kernel, team_ptr of every member
+        seen = np.zeros(len(odd) + 1, np.uint64)
+        team_collectives_kernel[1, 1](team, dest, src, seen)
+        assert dest.copy_to_host().tolist() == [float(sum(pe + 1 for pe in odd))] * 4
+        for r, pe in enumerate(odd):
+            reachable = pe in node_pes()
+            assert (seen[r] != 0) == reachable, (r, pe, seen)
+            if reachable:
+                assert int(seen[r]) == int(dev_ptr_of(src, pe)), (r, pe)
+                view = pgas.team_ptr(team, src, r)              # host form: a view of that copy
+                assert view.copy_to_host().tolist() == [float(pe + 1)] * 4
+            else:
+                with pytest.raises(pgas.PgasError,
+                                   match=rf"pgas.team_ptr: team rank {r} \(PE {pe}\) is on another node"):
+                    pgas.team_ptr(team, src, r)
+        assert seen[len(odd)] == 0
+        with pytest.raises(pgas.PgasValueError,
+                           match=rf"pgas.team_ptr: pe must be within \[0, {len(odd)}\), got {len(odd)}"):
+            pgas.team_ptr(team, src, len(odd))
+        # one-sided RMA to every member by team rank, through the team's translation
+        for r in range(len(odd)):
+            pgas.atomic_add(words, 1, pgas.team_translate_pe(team, r, pgas.TEAM_WORLD))
+        pgas.barrier(team)
+        assert int(words.copy_to_host()[0]) == len(odd)
+        pgas.team_destroy(team)
+        with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_destroy: team {team} is not a team of PE {me}"):
+            pgas.team_destroy(team)                             # already destroyed
+    else:
+        with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_init: this PE \({me}\) is not in pes"):
+            pgas.team_init(odd)
+    pgas.barrier_all()
+    for a in (src, dest, gathered, words):
+        pgas.free(a)
+
+
+def dev_ptr_of(arr, pe):
+    """The address of PE pe's copy of arr as dev.ptr gives it (a one-thread kernel)."""
+    out = np.zeros(1, np.uint64)
+    _ptr_kernel[1, 1](arr, pe, out)
+    return out[0]
+
+
+@cuda.jit
+def _ptr_kernel(arr, pe, out):
+    out[0] = dev.ptr(arr, pe)
+
+
+def check_team_init_every_pe_and_slot_reuse():
+    n = pgas.n_pes()
+    everyone = list(range(n))[::-1]
+    teams = [pgas.team_init(everyone) for _ in range(3)]
+    assert len(set(teams)) == 3
+    for team in teams:
+        assert pgas.team_my_pe(team) == n - 1 - pgas.my_pe()
+        _check_team_barriers(team)
+    for team in teams:
+        pgas.team_destroy(team)
+    again = pgas.team_init(everyone)
+    _check_team_barriers(again)
+    pgas.team_destroy(again)
+
+
+def check_team_init_nvshmem4py_form():
+    me, n = pgas.my_pe(), pgas.n_pes()
+    from mpi4py import MPI
+    members = [pe for pe in range(n) if pe != 0] or [0]       # all but PE 0 (where n > 1)
+    creator = members[-1]
+    comm = MPI.COMM_WORLD
+    uid = pgas.get_team_unique_id() if me == creator else None
+    uid = comm.bcast(uid, root=creator)                       # out of band
+    if me in members:
+        config = pgas.TeamConfig()
+        config.uniqueid = uid
+        index = (members.index(me) - members.index(creator)) % len(members)  # the creator is index 0
+        team = pgas.team_init(config, 0, len(members), index)
+        assert pgas.team_my_pe(team) == index and pgas.team_n_pes(team) == len(members)
+        order = [members[(members.index(creator) + i) % len(members)] for i in range(len(members))]
+        assert [pgas.team_translate_pe(team, r, pgas.TEAM_WORLD) for r in range(len(members))] == order
+        pgas.barrier(team)
+        pgas.team_destroy(team)
+    if me == 0 and n > 1:
+        with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: config.uniqueid must be an id from "
+                                                      r"pgas.get_team_unique_id"):
+            pgas.team_init(pgas.TeamConfig(uniqueid=12345), 0, 1, 0)
+        with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: the member with pe_idx_in_team=0 must be "
+                                                      r"the PE that called pgas.get_team_unique_id"):
+            pgas.team_init(pgas.TeamConfig(uniqueid=uid), 0, len(members), 0)
+    pgas.barrier_all()
+
+
+def check_team_init_and_friends_refuse_bad_arguments():
+    me, n = pgas.my_pe(), pgas.n_pes()
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: pes is empty"):
+        pgas.team_init([])
+    with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_init: pes names PE {me} more than once"):
+        pgas.team_init([me, me])
+    with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_init: pes must hold PEs within \[0, {n}\), got {n}"):
+        pgas.team_init([me, n])
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: pes must hold PEs within \[0, \d+\), got -1"):
+        pgas.team_init([-1])
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: pes must hold PE numbers"):
+        pgas.team_init(["a"])
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: pes must be a sequence"):
+        pgas.team_init(7)
+    with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_destroy: team 30 is not a team of PE {me}"):
+        pgas.team_destroy(30)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_destroy: team must be a team handle"):
+        pgas.team_destroy("TEAM_X")
+    with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_translate_pe: src_team 30 is not a team of PE {me}"):
+        pgas.team_translate_pe(30, 0, pgas.TEAM_WORLD)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_translate_pe: dest_team -1 is not a team"):
+        pgas.team_translate_pe(pgas.TEAM_WORLD, 0, -1)
+    with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_translate_pe: pe must be within \[0, {n}\) "
+                                                  rf"\(the size of src_team\), got {n + 10}"):
+        pgas.team_translate_pe(pgas.TEAM_WORLD, n + 10, pgas.TEAM_WORLD)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_translate_pe: pe must be >= 0, got -1"):
+        pgas.team_translate_pe(pgas.TEAM_WORLD, -1, pgas.TEAM_WORLD)
+    a = pgas.zeros(1, np.int64)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_ptr: team 30 is not a team"):
+        pgas.team_ptr(30, a, 0)
+    pgas.free(a)
+
+
+def check_version_queries_host_and_in_a_kernel():
+    major, minor, patch = (int(x) for x in pgas.__version__.split("."))
+    assert pgas.vendor_get_version_info() == (major, minor, patch)
+    assert pgas.info_get_version() == (1, 6)
+    assert pgas.info_get_name() == f"pgas {pgas.__version__}"
+    out = np.zeros(5, np.int64)
+    version_kernel[1, 1](out)
+    assert out.tolist() == [major, minor, patch, 1, 6]

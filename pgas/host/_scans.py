@@ -1,0 +1,116 @@
+"""Host scans over a team (OpenSHMEM 1.6): ``<op>_inscan`` and ``<op>_exscan``.
+
+``sum_inscan(team, dest, src)``: member r's ``dest`` = src_0 + ... + src_r, element-wise,
+over the members' ``src`` in team-rank order; ``sum_exscan``: src_0 + ... + src_{r-1},
+member 0 getting 0 (as OpenSHMEM 1.6 defines it). OpenSHMEM 1.6 has scans for sum only;
+pgas also has ``prod``, ``min``, ``max``, ``and``, ``or`` and ``xor`` scans (an exscan's
+member 0 gets the op's identity: ``pgas/core/_reductions.py``, ``identity``), on the
+dtypes of the reductions. Every element is folded in rank order, ((s0 op s1) op s2) ...,
+so the bits are numpy's. ``dest`` may be ``src`` (in place, as OpenSHMEM allows);
+otherwise they must not overlap.
+
+On a team whose members are all on this node, member r reads the ``src`` of members 0..r
+(or 0..r-1) from their mapped heaps between a ready and a done step (``pull_all``) and
+folds them. On a team that spans nodes, the members' arrays come by MPI's all-gather on
+the team's communicator (as the other host collectives there) and each folds its prefix.
+On the cuda backend the device scan runs as a one-block kernel on ``stream``, like the
+other host collectives; as the device reductions, it needs every member on this node.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core._device_errors import REDUCTIONS_IN_PLACE, device_error
+from ..core._errors import PgasValueError
+from ..core._reductions import OPS, REDUCTION_DTYPES, identity, ops_for, reduce_into, reduction_ufunc
+from ..runtime._arrays import array_span, overlap
+from ..runtime._barrier import wait_requests
+from ._collective_call import Call, checked_pair, on_gpu, pull_all, repeat
+from ._mpi_collectives import spans_nodes
+
+__all__: list[str] = []   # filled below: <op>_inscan and <op>_exscan for every op
+
+
+def _scan(op: str, exclusive: bool, team, dest, src, stream) -> None:
+    kind = "exscan" if exclusive else "inscan"
+    key = (kind, team, op, id(dest), id(src))
+    if type(team) is int and repeat(key, dest, src):
+        return
+    call = Call(f"pgas.{op}_{kind}", team)
+    d, s = call.arrays(dest, src)
+    checked_pair(call, d, s, s.size, s.size, "dest and src must have the same size")
+    in_place = overlap(d, s, call.fn)
+    if in_place and array_span(d, call.fn, "dest")[0] != array_span(s, call.fn, "src")[0]:
+        raise PgasValueError(f"{call.fn}: dest and src must be the same array or not overlap")
+    ufunc = reduction_ufunc(call.fn, op, d.dtype)
+    if call.rt.on_gpu:
+        for pe in call.team.pes:
+            if not call.rt.heap.reachable(pe):
+                raise device_error("UNREACHABLE", call.fn, "", REDUCTIONS_IN_PLACE, a=pe)
+    if on_gpu(call, f"{op}_{kind}", d, s, stream=stream):
+        return
+    last = call.me if exclusive else call.me + 1     # members 0 .. last-1 are folded
+    start = identity(op, d.dtype)
+    if spans_nodes(call):
+        call.keep(key, _gathered(call, d, s, ufunc, last, start))
+        return
+    result = np.empty_like(d) if in_place else d
+
+    def fold():
+        if last == 0:
+            result[...] = start
+        else:
+            reduce_into(result, [call.read(rank, "src") for rank in range(last)], ufunc)
+
+    def run():
+        pull_all(call, fold)             # nobody writes dest before every member has read
+        if in_place:
+            np.copyto(d, result)
+    call.keep(key, call.general(run))
+
+
+def _gathered(call: Call, d, s, ufunc, last: int, start):
+    """The scan on a team that spans nodes: every member's ``src`` by MPI's all-gather on
+    the team's communicator, then this member's prefix folded in rank order."""
+    gathered = np.empty((call.n, s.size), s.dtype)
+
+    def others():
+        return [pe for rank, pe in enumerate(call.team.pes) if rank != call.me]
+
+    def run():
+        request = call.team.comm.Iallgather(s, gathered)
+        wait_requests([request], call.fn, lambda: f"the other members of the team (PEs {others()})", others,
+                      gathered.nbytes)
+        if last == 0:
+            d[...] = start
+        else:
+            reduce_into(d, list(gathered[:last]), ufunc)
+    return run
+
+
+def _make(op: str, exclusive: bool):
+    name = f"{op}_{'exscan' if exclusive else 'inscan'}"
+
+    def scan(team, dest, src, stream=None) -> None:
+        _scan(op, exclusive, team, dest, src, stream)
+
+    scan.__name__ = scan.__qualname__ = name
+    members = "0 .. r-1 (member 0 gets the op's identity: 0 for sum)" if exclusive else "0 .. r"
+    dtypes = ", ".join(str(d) for d in REDUCTION_DTYPES if op in ops_for(d))
+    scan.__doc__ = f"""{name}(team, dest, src, stream=None): collective over ``team``.
+
+    Member r's ``dest`` = ``{op}`` over the ``src`` of members {members}, element-wise,
+    folded in team-rank order (numpy's bits, the same on every member). ``dest`` and
+    ``src`` are symmetric arrays of one dtype and size; ``dest`` may be ``src`` (in place),
+    else they must not overlap. ``stream``: as the other host collectives (cuda: queued
+    on it). Dtypes: {dtypes}.
+    """
+    return scan
+
+
+for _op in OPS:
+    for _exclusive in (False, True):
+        _f = _make(_op, _exclusive)
+        globals()[_f.__name__] = _f
+        __all__.append(_f.__name__)
+del _op, _exclusive, _f

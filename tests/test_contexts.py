@@ -1,0 +1,177 @@
+"""Communication contexts (``pgas.ctx_create``): RMA and atomics on a context, its own
+``quiet``, team contexts, misuse; on one node and across emulated nodes over every remote
+engine, and that a context's ``quiet`` completes (and reports the failures of) only its
+own requests."""
+import pytest
+
+from conftest import pe_lines, pgasrun
+
+CONTEXTS = r"""
+import threading
+import numpy as np
+import pgas
+
+pgas.init()
+me, n = pgas.my_pe(), pgas.n_pes()
+right, left = (me + 1) % n, (me - 1) % n
+inbox = pgas.zeros(64, np.int64)
+mine = pgas.full(64, me * 1000, np.int64)
+counter = pgas.zeros(1, np.int64)
+pgas.barrier_all()
+
+ctx = pgas.ctx_create()
+assert ctx.get_team() == pgas.TEAM_WORLD
+source = np.arange(64, dtype=np.int64) + me * 1000
+ctx.put_nbi(inbox, source, right)                 # from a numpy array
+ctx.quiet()
+pgas.barrier_all()
+assert (inbox.copy_to_host() == np.arange(64) + left * 1000).all(), inbox.copy_to_host()
+pgas.barrier_all()
+
+got = pgas.zeros(64, np.int64)                    # symmetric dest: kept by the context
+ctx.get_nbi(got, mine, left)
+ctx.quiet()
+assert (got.copy_to_host() == left * 1000).all(), got.copy_to_host()
+back = np.zeros(64, np.int64)
+ctx.get(back, mine, right)
+assert (back == right * 1000).all()
+
+# many small requests: more than a context keeps open at once
+for i in range(100):
+    ctx.put_nbi(inbox[i % 64:], mine[:1], right)
+ctx.fence()
+ctx.quiet()
+pgas.barrier_all()
+assert (inbox.copy_to_host() == left * 1000).all()
+pgas.barrier_all()
+
+# atomics on a context, exact counts from every PE
+for _ in range(5):
+    ctx.atomic_add(counter, 1, 0)
+assert ctx.atomic_fetch(counter, 0) >= 5
+pgas.barrier_all()
+assert ctx.atomic_fetch(counter, pe=0) == 5 * n
+
+# two threads, each with its own context, each completing only its own
+def worker(k, out):
+    mine_ctx = pgas.ctx_create(pgas.CTX_PRIVATE)
+    data = np.full(8, me * 10 + k, np.int64)
+    mine_ctx.put_nbi(inbox[8 * k:8 * k + 8], data, right)
+    mine_ctx.quiet()
+    mine_ctx.destroy()
+    out[k] = True
+done = [False, False]
+threads = [threading.Thread(target=worker, args=(k, done)) for k in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert done == [True, True]
+pgas.barrier_all()
+seen = inbox.copy_to_host()
+assert (seen[:8] == left * 10).all() and (seen[8:16] == left * 10 + 1).all(), seen
+pgas.barrier_all()
+
+# a team context takes PE numbers relative to its team
+evens = pgas.team_split_strided(pgas.TEAM_WORLD, 0, 2, (n + 1) // 2)
+if evens is not None:
+    tctx = pgas.team_create_ctx(evens)
+    size, rank = pgas.team_n_pes(evens), pgas.team_my_pe(evens)
+    tctx.put_nbi(inbox[32:33], np.array([100 + me], np.int64), (rank + 1) % size)
+    tctx.quiet()
+    try:
+        tctx.put(inbox, source, size)
+        raise AssertionError("a PE outside the context's team must be refused")
+    except pgas.PgasError as e:
+        assert "pe" in str(e), e
+    pgas.ctx_destroy(tctx)
+pgas.barrier_all()
+if evens is not None:
+    rank, size = pgas.team_my_pe(evens), pgas.team_n_pes(evens)
+    sender = 2 * ((rank - 1) % size)
+    assert inbox.copy_to_host()[32] == 100 + sender, (inbox.copy_to_host()[32], sender)
+    pgas.team_destroy(evens)
+
+# the default context is the plain calls
+pgas.CTX_DEFAULT.put_nbi(inbox[:1], np.array([7], np.int64), right)
+pgas.CTX_DEFAULT.quiet()
+for bad, text in [(lambda: pgas.ctx_create(8), "options"), (lambda: pgas.ctx_create(True), "options"),
+                  (lambda: pgas.ctx_destroy(pgas.CTX_DEFAULT), "CTX_DEFAULT"),
+                  (lambda: pgas.ctx_destroy("ctx"), "ctx must be"),
+                  (lambda: pgas.team_create_ctx(None), "team")]:
+    try:
+        bad()
+        raise AssertionError(f"expected a PgasError about {text}")
+    except pgas.PgasError as e:
+        assert text in str(e), e
+ctx.destroy()
+for use in (lambda: ctx.put(inbox, source, right), lambda: ctx.quiet(), lambda: ctx.destroy()):
+    try:
+        use()
+        raise AssertionError("a destroyed context must be refused")
+    except pgas.PgasValueError as e:
+        assert "destroyed" in str(e), e
+pgas.barrier_all()
+pgas.finalize()
+print("ok")
+"""
+
+# PE 0 posts a request with a forged rkey on context A and a good one on context B: B's
+# quiet and the PE's quiet do not report A's refusal; A's quiet does, once.
+ISOLATED = r"""
+import numpy as np
+import pgas
+from pgas.nic._nic import RemoteRegion
+from pgas.runtime._state import runtime
+
+pgas.init()
+me = pgas.my_pe()
+target = pgas.zeros(16, np.int64)
+fives, sixes = pgas.full(8, 5, np.int64), pgas.full(8, 6, np.int64)   # symmetric: the NIC reads them later
+pgas.barrier_all()
+if me == 0:
+    a, b = pgas.ctx_create(), pgas.ctx_create()
+    nic = runtime("test").transports.nic
+    remote = nic.remote[1]
+    nic.remote[1] = RemoteRegion(remote.base, remote.size, remote.rkey ^ 0x5A5A)
+    a.put_nbi(target[:8], fives, 1)
+    pgas.quiet()        # completes A's request (the NIC has read the forged key) without reporting it
+    nic.remote[1] = remote
+    b.put_nbi(target[8:], sixes, 1)
+    b.quiet()
+    pgas.quiet()
+    try:
+        a.quiet()
+        raise AssertionError("context A's refused put must fail A's quiet")
+    except pgas.PgasError as e:
+        assert "remote access error" in str(e), e
+    a.quiet()       # reported once
+    a.destroy(); b.destroy()
+pgas.barrier_all()
+if me == 1:
+    assert target.copy_to_host().tolist() == [0] * 8 + [6] * 8, target.copy_to_host()
+pgas.finalize()
+print("ok")
+"""
+
+
+def _run(tmp_path, program: str, n: int, options=(), env=None) -> None:
+    script = tmp_path / "program.py"
+    script.write_text(program)
+    proc = pgasrun(n, "python", str(script), options=[*options, "--tag-output"], env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert pe_lines(proc) == [f"[{pe}] ok" for pe in range(n)]
+
+
+def test_contexts_on_one_node(tmp_path, clean_shm):
+    _run(tmp_path, CONTEXTS, 3)
+
+
+@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx"])
+def test_contexts_across_nodes(tmp_path, clean_shm, transport):
+    _run(tmp_path, CONTEXTS, 4, ("--pes-per-node", "2"), {"PGAS_REMOTE_TRANSPORT": transport})
+
+
+@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx"])
+def test_a_context_quiet_completes_and_reports_only_its_own_requests(tmp_path, clean_shm, transport):
+    _run(tmp_path, ISOLATED, 2, ("--pes-per-node", "1"), {"PGAS_REMOTE_TRANSPORT": transport})
