@@ -12,9 +12,10 @@ Keyword names of nvshmem4py are accepted (``dst=``, ``remote_pe=``).
 OpenSHMEM 1.6's non-blocking fetching atomics (``atomic_fetch_nbi``, ``atomic_swap_nbi``,
 ``atomic_compare_swap_nbi``, ``atomic_fetch_inc_nbi``, ``atomic_fetch_add_nbi``,
 ``atomic_fetch_and/or/xor_nbi``) come from the same table: ``(fetch, dest, ..., pe,
-stream=None)``, the old value written into ``fetch[0]``. They are complete on return (the
-value is in ``fetch`` already), which is a correct ``_nbi``: OpenSHMEM only promises it at
-the next ``quiet``.
+stream=None)``, the old value in ``fetch[0]`` by the next ``quiet``. On the simulator, to a
+PE on another node they are posted to the NIC and return; ``quiet`` (also ``barrier``'s)
+lands their answers (``Transports.atomic_into``); on this node, and on the cuda backend,
+they are complete on return (earlier than OpenSHMEM promises).
 """
 from __future__ import annotations
 
@@ -67,7 +68,10 @@ def check_operand(fn: str, what: str, value, dtype, of: str = "dest"):
     return _cpu_atomics.from_bits(dtype, _cpu_atomics.as_bits(dtype, value))
 
 
-def _apply(name: str, operands: tuple, fetch: bool, op: str, dest, cond, value, pe, stream, fn: str = ""):
+def _apply(name: str, operands: tuple, fetch: bool, op: str, dest, cond, value, pe, stream, fn: str = "",
+           into=None):
+    """Run atomic ``name``; its old value where ``fetch``. ``into`` (the ``_nbi`` forms, on the
+    simulator): a one-element array the old value lands in by the next ``quiet``."""
     fn = fn or f"pgas.{name}"
     rt = runtime(fn)
     pe = check_pe(fn, pe, rt.n_pes)
@@ -81,6 +85,9 @@ def _apply(name: str, operands: tuple, fetch: bool, op: str, dest, cond, value, 
         from . import _gpu_ops
         return _gpu_ops.atomic(name, len(operands), fetch, word, cond, value, pe, stream, fn)
     transports = rt.transports
+    if into is not None:
+        transports.atomic_into(fn, pe, word, rmw_op, value, cond, "dest", into)
+        return None
     if op == "load":
         return transports.atomic_load(fn, pe, word, "dest")
     if op == "cas":
@@ -150,6 +157,9 @@ def _fetch_word(fn: str, fetch, dest):
 def _apply_nbi(name: str, operands: tuple, op: str, fetch, dest, cond, value, pe, stream) -> None:
     fn = f"pgas.{name}_nbi"
     out = _fetch_word(fn, fetch, dest)
+    if not runtime(fn).on_gpu:      # through the NIC posted: its answer lands at quiet
+        _apply(name, operands, True, op, dest, cond, value, pe, stream, fn, into=out)
+        return
     old = _apply(name, operands, True, op, dest, cond, value, pe, stream, fn)
     if isinstance(out, np.ndarray):
         out[0] = old
@@ -161,9 +171,9 @@ def _doc_nbi(name: str, operands: tuple, op: str) -> str:
     signature = ", ".join(("fetch", "dest", *operands, "pe", "stream=None"))
     blocking = _doc(name, operands, True, op, "").split("Parameters")[1].split("Returns")[0]
     return (f"{name}_nbi({signature})\n\n"
-            f"OpenSHMEM 1.6 ``shmem_{name}_nbi``: ``{name}`` with the old value written into\n"
-            f"``fetch[0]``. It is complete on return, the value already in ``fetch`` (OpenSHMEM\n"
-            f"promises it only at the next ``quiet``, so this is a correct, stronger ``_nbi``).\n\n"
+            f"OpenSHMEM 1.6 ``shmem_{name}_nbi``: ``{name}`` with the old value in ``fetch[0]`` by\n"
+            f"the next ``quiet``. To a PE on another node (simulator) it is posted and returns;\n"
+            f"elsewhere it is complete on return (see the module).\n\n"
             f"Parameters\n----------\nfetch : array\n"
             f"    Local: numpy or symmetric, C-contiguous, writable, non-empty, with ``dest``'s dtype.\n"
             + blocking.split("----------\n", 1)[1].rstrip() + "\n")

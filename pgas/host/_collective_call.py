@@ -12,12 +12,13 @@ import numpy as np
 from ..core import _cpu_atomics
 from ..core._checks import check_contiguous, check_dtypes_match, check_same_order, contiguous_orders, flat
 from ..core._errors import PgasValueError
+from ..core._reductions import reduction_ufunc
 from ..core._waiting import Wait
 from ..runtime._arrays import array_span, as_ndarray, overlap
 from ..runtime._state import current, runtime
 from ..runtime._team_table import team_of
 
-__all__ = ["Call", "repeat", "checked_pair", "no_overlap", "on_gpu", "pull_all", "READY", "DONE", "RING", "UP0",
+__all__ = ["Call", "repeat", "checked_pair", "reduction_pair", "no_overlap", "on_gpu", "pull_all", "READY", "DONE", "RING", "UP0",
            "DOWN0", "UP1", "DOWN1"]
 
 _STRIDE = 1 << 32
@@ -181,6 +182,17 @@ def checked_pair(call: Call, d, s, dest_size, src_size, why: str) -> None:
     check_dtypes_match(call.fn, d, s)
     if d.size != dest_size or s.size != src_size:
         raise PgasValueError(f"{call.fn}: {why}; got dest of {d.size} and src of {s.size} elements")
+
+
+def reduction_pair(call: Call, dest, src, op: str):
+    """(d, s, in_place, ufunc) of an element-wise reduction or scan with ``op`` over equal
+    ``dest`` and ``src``, which must be one array or not overlap at all."""
+    d, s = call.arrays(dest, src)
+    checked_pair(call, d, s, s.size, s.size, "dest and src must have the same size")
+    in_place = overlap(d, s, call.fn)
+    if in_place and array_span(d, call.fn, "dest")[0] != array_span(s, call.fn, "src")[0]:
+        raise PgasValueError(f"{call.fn}: dest and src must be the same array or not overlap")
+    return d, s, in_place, reduction_ufunc(call.fn, op, d.dtype)
 
 
 def no_overlap(call: Call, d, s) -> None:

@@ -31,10 +31,9 @@ import numpy as np
 from ..core._checks import check_dtypes_match, check_root
 from ..core._errors import PgasValueError
 from ..core._reductions import reduce_into, reduction_ufunc
-from ..runtime._arrays import array_span, overlap
 from . import _eager, _mpi_collectives as _mpi
 from ._collective_call import (DONE, DOWN0, DOWN1, READY, RING, UP0, UP1, Call, checked_pair, no_overlap, on_gpu,
-                               pull_all, repeat)
+                               pull_all, reduction_pair, repeat)
 from ._trees import double_binary_tree
 
 __all__ = ["broadcast", "fcollect", "alltoall", "reduce", "reducescatter", "ALGORITHMS"]
@@ -187,12 +186,7 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
     if type(team) is int and repeat(key, dest, src):
         return
     call = Call("pgas.reduce", team)
-    d, s = call.arrays(dest, src)
-    checked_pair(call, d, s, s.size, s.size, "dest and src must have the same size")
-    in_place = overlap(d, s, call.fn)
-    if in_place and array_span(d, call.fn, "dest")[0] != array_span(s, call.fn, "src")[0]:
-        raise PgasValueError(f"{call.fn}: dest and src must be the same array or not overlap")
-    ufunc = reduction_ufunc(call.fn, op, d.dtype)
+    d, s, in_place, ufunc = reduction_pair(call, dest, src, op)
     if algorithm not in ALGORITHMS:
         raise PgasValueError(f"{call.fn}: algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if call.rt.on_gpu and algorithm != "auto":

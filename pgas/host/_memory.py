@@ -245,14 +245,16 @@ def malloc_with_hints(shape, dtype=np.float64, hints: int = 0):
     return _allocate(fn, shape, dtype, hints=int(hints))
 
 
-def buffer(size: int):
-    """buffer(size)
+def buffer(size: int, release: bool = False, except_on_del: bool = True):
+    """buffer(size, release=False, except_on_del=True)
 
     nvshmem4py's ``buffer``: ``size`` bytes of symmetric memory, as a uint8 array of
     ``size`` elements (collective). nvshmem4py returns a ``cuda.core.Buffer``; here it is a
     symmetric array like any other, usable with ``put``/``get`` and with the collectives
     (``broadcast``, ``fcollect``, ``alltoall`` and ``reduce`` act on its bytes as uint8).
-    Free it with ``free``.
+    Free it with ``free`` (collective): ``release`` and ``except_on_del``, nvshmem4py's
+    garbage-collection options, are accepted and ignored (nothing is freed behind the
+    PEs' backs).
     """
     fn = "pgas.buffer"
     if isinstance(size, (bool, np.bool_)) or not isinstance(size, numbers.Integral) or size < 0:

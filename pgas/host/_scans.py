@@ -21,11 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..core._device_errors import REDUCTIONS_IN_PLACE, device_error
-from ..core._errors import PgasValueError
-from ..core._reductions import OPS, REDUCTION_DTYPES, identity, ops_for, reduce_into, reduction_ufunc
-from ..runtime._arrays import array_span, overlap
+from ..core._reductions import OPS, REDUCTION_DTYPES, identity, ops_for, reduce_into
 from ..runtime._barrier import wait_requests
-from ._collective_call import Call, checked_pair, on_gpu, pull_all, repeat
+from ._collective_call import Call, on_gpu, pull_all, reduction_pair, repeat
 from ._mpi_collectives import spans_nodes
 
 __all__: list[str] = []   # filled below: <op>_inscan and <op>_exscan for every op
@@ -37,12 +35,7 @@ def _scan(op: str, exclusive: bool, team, dest, src, stream) -> None:
     if type(team) is int and repeat(key, dest, src):
         return
     call = Call(f"pgas.{op}_{kind}", team)
-    d, s = call.arrays(dest, src)
-    checked_pair(call, d, s, s.size, s.size, "dest and src must have the same size")
-    in_place = overlap(d, s, call.fn)
-    if in_place and array_span(d, call.fn, "dest")[0] != array_span(s, call.fn, "src")[0]:
-        raise PgasValueError(f"{call.fn}: dest and src must be the same array or not overlap")
-    ufunc = reduction_ufunc(call.fn, op, d.dtype)
+    d, s, in_place, ufunc = reduction_pair(call, dest, src, op)
     if call.rt.on_gpu:
         for pe in call.team.pes:
             if not call.rt.heap.reachable(pe):

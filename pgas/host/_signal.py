@@ -21,7 +21,7 @@ from ._keywords import nvshmem4py_keywords
 from ._memory import element0
 from ._rma import _put
 
-__all__ = ["put_signal", "put_signal_nbi", "signal_op", "signal_fetch", "signal_wait_until"]   # + _SIGNAL_OPS
+__all__ = ["put_signal", "put_signal_nbi", "signal_op", "signal_fetch", "signal_wait_until", "signal_wait"]   # + _SIGNAL_OPS
 
 
 def _signal_word(fn: str, signal):
@@ -212,3 +212,13 @@ def signal_wait_until(signal, cmp, value, stream=None):
         return _gpu_ops.signal_wait_until(word, cmp, value, stream, fn)
     return wait_for_value(fn, lambda: _cpu_atomics.load_acquire(word, fn, "signal"), "signal", cmp, value,
                           rt.timeout)
+
+
+@nvshmem4py_keywords("signal_var", "signal_val")
+def signal_wait(signal, value, cmp, stream=None):
+    """signal_wait(signal, value, cmp, stream=None) -> value
+
+    nvshmem4py's host ``signal_wait``, in its argument order (value before cmp): the same
+    as ``signal_wait_until(signal, cmp, value, stream)``, pgas's (and NVSHMEM C's) order.
+    """
+    return signal_wait_until(signal, cmp, value, stream)

@@ -65,8 +65,12 @@ def _check_int(fn: str, what: str, value, minimum: int) -> int:
     return int(value)
 
 
-def team_split_strided(parent, start: int, stride: int, size: int):
+def team_split_strided(parent, start: int, stride: int, size: int, config=None, config_mask: int = 0,
+                       new_team_name: str | None = None):
     """A team of ``size`` members of ``parent``: its PEs ``start, start+stride, ...``.
+
+    ``config``, ``config_mask`` and ``new_team_name`` (nvshmem4py's) are accepted and
+    ignored: pgas teams have no options, and a team is its integer handle.
 
     Collective over ``parent`` (same arguments on every member). Returns the new team's
     handle on its members and ``None`` on the other PEs of ``parent``.
@@ -88,8 +92,11 @@ def team_split_strided(parent, start: int, stride: int, size: int):
     return None if team is None else team.handle
 
 
-def team_split_2d(parent, xrange: int):
+def team_split_2d(parent, xrange: int, xaxis_config=None, xaxis_mask: int = 0, yaxis_config=None,
+                  yaxis_mask: int = 0):
     """Split ``parent`` into a 2-D grid with rows of ``xrange`` PEs: returns ``(xteam, yteam)``.
+
+    The axis configurations and masks (nvshmem4py's) are accepted and ignored.
 
     ``xteam`` holds this PE's row (consecutive parent ranks; the last row may be
     shorter), ``yteam`` its column (parent ranks equal modulo ``xrange``). Collective over

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -31,6 +32,7 @@ from ._ucx import Ucx
 __all__ = ["Transports", "REMOTE_TRANSPORTS"]
 
 REMOTE_TRANSPORTS = ("ibgda", "proxy", "ucx")   # the first two drive the emulated NIC (docs/transports.md)
+_MAX_FETCHES = 32      # posted fetching atomics whose answers wait for quiet, at most
 _AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or": proxy.AMO_OR,
         "xor": proxy.AMO_XOR}
 
@@ -49,6 +51,8 @@ class Transports:
         self.engines: dict = {}          # remote transport name -> its engine, made on first use
         self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
         self.gpu_path = None             # cuda: the GPU-initiated path (heap.attach_nic)
+        self._fetches: list = []         # (engine, ticket, out, dtype): answers that land at quiet
+        self._fetches_lock = threading.Lock()
         self.registered: dict[int, tuple] = {}   # register_buffer: address -> (nbytes, array, region or None)
         self.nic = Nic(boot.comm, boot.my_pe, on_nic_failure)
         if heap.device_arrays:
@@ -336,16 +340,56 @@ class Transports:
         return functools.partial(self.atomic_load, fn, pe, word[:1], what)
 
     def _atomic(self, fn, pe, word, op, value, cond, what, fetch):
-        item = word[:1]
-        raddr = self._raddr(pe, item, fn, what)
-        ticket = self.engine.submit(fn, op, pe, raddr, size=item.itemsize, nbytes=item.itemsize,
-                                   value=_cpu_atomics.as_bits(item.dtype, value),
-                                   compare=_cpu_atomics.as_bits(item.dtype, cond), waited=fetch)
+        ticket = self._post_atomic(fn, pe, word, op, value, cond, what, fetch)
         if fetch:
-            return _cpu_atomics.from_bits(item.dtype, self.engine.wait(fn, ticket))
+            return _cpu_atomics.from_bits(word.dtype, self.engine.wait(fn, ticket))
         return None
 
+    def _post_atomic(self, fn, pe, word, op, value, cond, what, waited):
+        item = word[:1]
+        return self.engine.submit(fn, op, pe, self._raddr(pe, item, fn, what), size=item.itemsize,
+                                  nbytes=item.itemsize, value=_cpu_atomics.as_bits(item.dtype, value),
+                                  compare=_cpu_atomics.as_bits(item.dtype, cond), waited=waited)
+
+    def atomic_into(self, fn: str, pe: int, word: np.ndarray, op: str, value, cond, what: str, out) -> None:
+        """A fetching atomic (``op``: "load", "cas" or one of _cpu_atomics.RMW_OPS) on PE
+        ``pe``'s ``word[0]`` whose old value lands in ``out[0]`` by the next ``quiet``:
+        through the NIC it is posted and its answer landed at ``quiet`` (OpenSHMEM's
+        fetching ``_nbi`` atomics); where the word is mapped, and for a float add through
+        the NIC (a loop of round trips), it is done now."""
+        if not self._remote(fn, pe) or (op == "add" and word.dtype in _cpu_atomics.FLOAT_DTYPES):
+            out[0] = (self.atomic_load(fn, pe, word, what) if op == "load" else
+                      self.compare_swap(fn, pe, word, cond, value, what) if op == "cas" else
+                      self.rmw(fn, pe, word, op, value, what, fetch=True))
+            return
+        _cpu_atomics.check_word(word, fn, what, op)
+        amo = proxy.AMO_FETCH if op == "load" else proxy.AMO_CAS if op == "cas" else _AMO[op]
+        ticket = self._post_atomic(fn, pe, word, amo, value, cond, what, True)
+        with self._fetches_lock:
+            self._fetches.append((self.engine, ticket, out, word.dtype))
+            landed = self._fetches[:_MAX_FETCHES // 2] if len(self._fetches) >= _MAX_FETCHES else []
+            del self._fetches[:len(landed)]
+        self._land(fn, landed)     # a request's slot stays held until its answer is read
+
+    def _land(self, fn: str, fetches: list) -> None:
+        """Write the answers of posted fetching atomics into their ``out`` arrays (every one,
+        each wait frees its slot), then raise the first refusal."""
+        refused = None
+        for engine, ticket, out, dtype in fetches:
+            try:
+                out[0] = _cpu_atomics.from_bits(dtype, engine.wait(fn, ticket))
+            except PgasTimeoutError:
+                raise
+            except PgasError as e:
+                refused = refused or e
+        if refused is not None:
+            raise refused
+
     def quiet(self, fn: str) -> None:
-        """Complete every operation this PE issued through the NIC."""
+        """Complete every operation this PE issued through the NIC (and land the answers of
+        its posted fetching atomics)."""
+        with self._fetches_lock:
+            fetches, self._fetches = self._fetches, []
+        self._land(fn, fetches)
         for engine in self.engines.values():
             engine.quiet(fn)

@@ -417,3 +417,28 @@ def check_device_nbi_atomic_errors_name_fetch():
     assert dest.copy_to_host().tolist() == [0]
     pgas.barrier_all()
     pgas.free(dest)
+
+
+@simulator_only("reads the simulator's routing layer")
+def check_a_fetching_nbi_atomic_to_another_node_is_posted_and_lands_at_quiet():
+    """Through the NIC the host's fetching _nbi atomics return once posted: their answers
+    wait in the routing layer until quiet (or a barrier) writes them into fetch."""
+    from pgas.runtime._state import runtime
+
+    me, n, right, left = ring_neighbours()
+    dest = pgas.full(1, 40, np.int64)
+    pgas.barrier_all()
+    out = np.full(3, -1, np.int64)
+    pgas.atomic_fetch_add_nbi(out[0:], dest, 2, right)
+    pgas.atomic_compare_swap_nbi(out[1:], dest, 42, 50, right)
+    pgas.atomic_fetch_nbi(out[2:], dest, right)
+    remote = pgas.info()["transports"][right] not in ("self", "p2p")
+    pending = len(runtime("check").transports._fetches)
+    assert pending == (3 if remote else 0), (pending, pgas.info()["transports"])
+    if remote:
+        assert out.tolist() == [-1, -1, -1]     # nothing landed before quiet
+    pgas.quiet()
+    assert out.tolist() == [40, 42, 50], out
+    assert not runtime("check").transports._fetches
+    pgas.barrier_all()
+    pgas.free(dest)
