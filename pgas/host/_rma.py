@@ -358,20 +358,19 @@ def pe_quiet(pes, stream=None) -> None:
     """pe_quiet(pes, stream=None)
 
     Complete the RMA, atomics and signals this PE issued from the host to the PEs ``pes``
-    (OpenSHMEM 1.6 ``shmem_pe_quiet(target_pes, npes)``).
+    (OpenSHMEM 1.6 ``shmem_pe_quiet(target_pes, npes)``); operations to other PEs may
+    stay in flight.
 
-    It completes more than asked: everything ``quiet`` completes (a correct ``pe_quiet``,
-    since completing more is allowed). Stores to PEs of this node are complete as they
-    are issued; through the NIC the ``proxy`` and ``ucx`` engines complete requests in one
-    ticket order shared by all PEs (``ibgda`` has a queue per PE, but keeps the failures
-    of unwaited requests together), and on cuda one stream holds the copies to every PE,
-    so waiting for a subset would not be cheaper than waiting for all.
+    Stores to PEs of this node are complete as they are issued. Through the NIC it waits
+    for the requests to ``pes`` only (and lands the answers of fetching ``_nbi`` atomics
+    sent to them); a refusal of an earlier unwaited request to any PE is raised by the
+    first completion call after it, this one included. On cuda one stream holds the
+    copies to every PE: there it completes everything, as ``quiet`` does.
 
     Parameters
     ----------
     pes : int or sequence of int
-        World PE numbers, each in ``[0, n_pes())`` (repeats allowed; empty: nothing to wait
-        for, but the call still completes everything, as above).
+        World PE numbers, each in ``[0, n_pes())`` (repeats allowed; empty: nothing to do).
     stream : optional
         cuda backend: as for ``quiet``.
 
@@ -382,9 +381,9 @@ def pe_quiet(pes, stream=None) -> None:
     """
     fn = "pgas.pe_quiet"
     rt = runtime(fn)
-    check_pes(fn, pes, rt.n_pes)
+    targets = frozenset(check_pes(fn, pes, rt.n_pes))
     if rt.on_gpu:
         from . import _gpu_ops
         _gpu_ops.quiet(stream, fn)
-    else:
-        rt.transports.quiet(fn)
+    elif targets:
+        rt.transports.quiet(fn, targets)

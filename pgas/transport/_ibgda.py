@@ -139,10 +139,12 @@ class Ibgda:
         finally:
             queue.waited[start % queue.qp.depth] = 0      # its blocks may be reused
 
-    def quiet(self, fn: str) -> None:
-        """Wait until every request posted so far is complete; raise the first failure of
-        a request nobody waited for."""
+    def quiet(self, fn: str, pes=None) -> None:
+        """Wait until every request posted so far (to the PEs in set ``pes``: each has its
+        own queue) is complete; raise the first failure of a request nobody waited for."""
         for queue in self.queues.values():
+            if pes is not None and queue.peer not in pes:
+                continue
             last = queue.counter("last")      # the newest published WQE's index + 1
             if last:
                 self._sleep_until(fn, queue, last, lambda: self._poll(queue) >= last,

@@ -122,14 +122,20 @@ class Proxy:
             raise PgasError(message)
         return result
 
-    def quiet(self, fn: str) -> None:
-        """Wait until every request issued so far is complete; raise the first failure of
-        a request nobody waited for."""
+    def quiet(self, fn: str, pes=None) -> None:
+        """Wait until every request issued so far (to the PEs in set ``pes``) is complete;
+        raise the first failure of a request nobody waited for."""
         target = self._next
-        self._sleep_until(fn, lambda: self._completed >= target,
-                          lambda: f"the proxy to complete {target - self._completed} outstanding "
+        first = self._completed
+        # the tickets to wait for (a slot below the counter may be reused: done anyway)
+        tickets = [t for t in range(first, target) if pes is None or int(self.ring[t % CAPACITY]["pe"]) in pes]
+
+        def outstanding():
+            return [t for t in tickets if t >= self._completed and self.ring[t % CAPACITY]["state"] != _DONE]
+        self._sleep_until(fn, lambda: not outstanding(),
+                          lambda: f"the proxy to complete {len(outstanding())} outstanding "
                                   "operations to PEs on other nodes",
-                          lambda: sorted({int(self.ring[t % CAPACITY]["pe"]) for t in range(self._completed, target)}))
+                          lambda: sorted({int(self.ring[t % CAPACITY]["pe"]) for t in outstanding()}))
         self.raise_failures(fn)
 
     def _sleep_until(self, fn: str, done, waiting_for, waits_for) -> None:

@@ -51,7 +51,7 @@ class Transports:
         self.engines: dict = {}          # remote transport name -> its engine, made on first use
         self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
         self.gpu_path = None             # cuda: the GPU-initiated path (heap.attach_nic)
-        self._fetches: list = []         # (engine, ticket, out, dtype): answers that land at quiet
+        self._fetches: list = []         # (engine, ticket, out, dtype, pe): answers that land at quiet
         self._fetches_lock = threading.Lock()
         self.registered: dict[int, tuple] = {}   # register_buffer: address -> (nbytes, array, region or None)
         self.nic = Nic(boot.comm, boot.my_pe, on_nic_failure)
@@ -366,7 +366,7 @@ class Transports:
         amo = proxy.AMO_FETCH if op == "load" else proxy.AMO_CAS if op == "cas" else _AMO[op]
         ticket = self._post_atomic(fn, pe, word, amo, value, cond, what, True)
         with self._fetches_lock:
-            self._fetches.append((self.engine, ticket, out, word.dtype))
+            self._fetches.append((self.engine, ticket, out, word.dtype, pe))
             landed = self._fetches[:_MAX_FETCHES // 2] if len(self._fetches) >= _MAX_FETCHES else []
             del self._fetches[:len(landed)]
         self._land(fn, landed)     # a request's slot stays held until its answer is read
@@ -375,7 +375,7 @@ class Transports:
         """Write the answers of posted fetching atomics into their ``out`` arrays (every one,
         each wait frees its slot), then raise the first refusal."""
         refused = None
-        for engine, ticket, out, dtype in fetches:
+        for engine, ticket, out, dtype, _ in fetches:
             try:
                 out[0] = _cpu_atomics.from_bits(dtype, engine.wait(fn, ticket))
             except PgasTimeoutError:
@@ -385,11 +385,12 @@ class Transports:
         if refused is not None:
             raise refused
 
-    def quiet(self, fn: str) -> None:
-        """Complete every operation this PE issued through the NIC (and land the answers of
-        its posted fetching atomics)."""
+    def quiet(self, fn: str, pes=None) -> None:
+        """Complete every operation this PE issued through the NIC (to the PEs in set
+        ``pes``; all when None), and land the answers of its posted fetching atomics."""
         with self._fetches_lock:
-            fetches, self._fetches = self._fetches, []
+            fetches = [f for f in self._fetches if pes is None or f[4] in pes]
+            self._fetches = [f for f in self._fetches if pes is not None and f[4] not in pes]
         self._land(fn, fetches)
         for engine in self.engines.values():
-            engine.quiet(fn)
+            engine.quiet(fn, pes)

@@ -308,9 +308,9 @@ class Ucx:
             column[target.C_SYNDROME] = 0   # its refusal is reported here, not again when the slot is freed
             column[target.C_WAITED] = 0     # the slot may be reused
 
-    def quiet(self, fn: str) -> None:
-        """Wait until every request sent so far is answered; raise the first failure of a
-        request nobody waited for."""
+    def quiet(self, fn: str, pes=None) -> None:
+        """Wait until every request sent so far (to the PEs in set ``pes``) is answered;
+        raise the first failure of a request nobody waited for."""
         last = int(self.ring[target.R_NEXT])
         self.flush()
         if self.batches[batch.B_FAILED]:
@@ -321,8 +321,12 @@ class Ucx:
         ticket = int(self.ring[target.R_FREED])
         # many threads may quiet at once: each skips what is answered in one native scan
         while (ticket := self._first_unanswered(done, ticket, last)) < last:
-            self._wait_done(fn, ticket, deadline, f"the answers of {last - ticket} operations to PEs on other "
-                                                  "nodes", [int(self.columns[target.C_PE, ticket % CAPACITY])])
+            pe = int(self.columns[target.C_PE, ticket % CAPACITY])
+            if pes is None or pe in pes:
+                self._wait_done(fn, ticket, deadline, f"the answers of {last - ticket} operations to PEs on other "
+                                                      "nodes", [pe])
+            else:
+                ticket += 1
         self._keep_failures()
         self.raise_failures(fn)
 

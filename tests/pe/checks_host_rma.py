@@ -1,5 +1,9 @@
 """Host put/get: exact elements for every size and dtype, to and from every neighbour; the
 nbi forms complete at quiet, flush, errors, nvshmem4py's keyword names."""
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 
@@ -316,6 +320,50 @@ def check_pe_quiet_completes_nbi_operations_to_those_pes():
                          (True, r"pgas.pe_quiet: pes must be a PE number or a sequence of them, got True")):
         with pytest.raises(pgas.PgasValueError, match=message):
             pgas.pe_quiet(bad)
+    pgas.barrier_all()
+    for a in (dest, src):
+        pgas.free(a)
+
+
+def _stop(pid: int) -> None:
+    """SIGSTOP process ``pid`` and return once it is stopped (state T in /proc)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+        assert time.monotonic() < deadline, f"process {pid} did not stop"
+        time.sleep(0.001)
+
+
+def check_pe_quiet_leaves_operations_to_other_pes_in_flight():
+    """Across nodes: PE 0 stops (SIGSTOP) a PE it reaches through the NIC, put_nbi's to it
+    and to a second such PE, and pe_quiet([second]) returns with the second's data there
+    while the stopped PE cannot have taken its put (a pe_quiet that waited for every PE
+    would wait for PGAS_TIMEOUT); after SIGCONT, quiet completes the first put too."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    dest = pgas.zeros(1000, np.int64)
+    src = pgas.full(1000, 7, np.int64)
+    far = world().allgather(pgas.ptr(dest, 0) == 0)      # PEs that reach PE 0 through the NIC
+    pids = world().allgather(os.getpid())
+    remote = [pe for pe in range(n) if far[pe]]
+    pgas.barrier_all()
+    if len(remote) >= 2:
+        stopped, witness = remote[:2]
+        if me == 0:
+            _stop(pids[stopped])
+            try:
+                pgas.put_nbi(dest, src, stopped)
+                pgas.put_nbi(dest, src, witness)
+                pgas.pe_quiet([witness])
+                world().send("complete", dest=witness)
+            finally:
+                os.kill(pids[stopped], signal.SIGCONT)
+            pgas.quiet()
+        elif me == witness:
+            assert world().recv(source=0) == "complete"
+            assert (dest.copy_to_host() == 7).all()
+    pgas.barrier_all()
+    if me in remote[:1] and len(remote) >= 2:
+        assert (dest.copy_to_host() == 7).all()
     pgas.barrier_all()
     for a in (dest, src):
         pgas.free(a)
