@@ -12,6 +12,7 @@ import numpy as np
 import pgas
 from pgas.nic._regions import RemoteRegion
 from pgas.runtime._state import runtime
+from pgas.wire import _batch as batch
 from mpi4py import MPI
 
 pgas.init()
@@ -131,7 +132,28 @@ if me == 0 and far is not None:
     except pgas.PgasError as e:
         assert "remote access error" in str(e), e
     a.quiet()       # reported once
+    # each context sent on queue pairs of its own (a lane of the engine), not the PE's
+    engine = runtime("test").transports.engine
+    lane_a, lane_b = a._lanes[engine], b._lanes[engine]
+    assert 0 not in (lane_a, lane_b) and lane_a != lane_b, (lane_a, lane_b)
+    kind = pgas.info()["transports"][far]
+    if kind == "ibgda":
+        queues = [engine.lanes[lane][far] for lane in (0, lane_a, lane_b)]
+        assert len({q.qp.qpn for q in queues}) == 3 and all(q.counter("last") > 0 for q in queues[1:])
+    elif kind == "proxy":
+        qps = [engine.lanes[lane][far] for lane in (0, lane_a, lane_b)]
+        assert len({qp.qpn for qp in qps}) == 3 and all(engine._producer[qp.qpn] > 0 for qp in qps[1:])
+    else:       # ucx: endpoints of their own, connections apart from the PE's
+        rows = {tuple(engine.lanes[lane][batch.GLOBAL_WORDS + batch.P_ENDPOINT::batch.ROW_WORDS])
+                for lane in (0, lane_a, lane_b)}
+        assert len(rows) == 3, rows
+    lanes = len(engine.lanes)
     a.destroy(); b.destroy()
+    c = pgas.ctx_create()       # takes a destroyed context's lane: none made
+    c.put_nbi(target[8:], sixes, far)
+    c.quiet()
+    assert c._lanes[engine] in (lane_a, lane_b) and len(engine.lanes) == lanes
+    c.destroy()
 pgas.barrier_all()
 if me == far:
     assert target.copy_to_host().tolist() == [0] * 8 + [6] * 8, target.copy_to_host()

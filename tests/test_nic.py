@@ -173,7 +173,7 @@ if me == 0:
             qp = px.queues[1].qp
             last = px.queues[1].counter("last") - 1
         else:
-            qp = px.qps[1]
+            qp = px.lanes[0][1]
             last = px._producer[qp.qpn] - 1
         wqe = mlx5.read_wqe(qp.sq, last)
         assert (wqe.opcode, wqe.qpn, wqe.ds, wqe.signaled) == (mlx5.OP_RDMA_WRITE, qp.qpn, 3, True), wqe

@@ -7,14 +7,16 @@ contexts' requests included). How a context keeps its requests apart, per path:
 
 - load/store (PEs of this node, simulator): every copy is complete on return, so there is
   nothing to keep;
-- through the NIC (PEs on other nodes, every remote engine): the context keeps the tickets
-  of its requests and ``ctx.quiet`` waits for exactly those (each engine completes requests
-  one by one: ``Transports.complete``); a refused request is raised by the ``quiet`` of the
+- through the NIC (PEs on other nodes, every remote engine): the context owns a lane of
+  the engine, queue pairs of its own to each PE (``ibgda``: device queues; ``proxy``: QPs
+  that the proxy thread posts into; ``ucx``: endpoints, connections of their own to the
+  peers' workers), made at its first request and handed to the next context when it is
+  destroyed; it keeps the tickets of its requests and ``ctx.quiet`` waits for exactly
+  those (``Transports.complete``); a refused request is raised by the ``quiet`` of the
   context that posted it, not by another thread's. A context keeps at most ``_MAX_KEPT``
-  requests open: past that, posting completes its oldest half first (the rings that
-  carry requests are shared, and a kept slot is not reusable until it is waited for).
-  The requests travel on the PE's queue pairs, which the contexts share (they are not
-  separate queue pairs: the emulated NIC's queues belong to the PE);
+  requests open: past that, posting completes its oldest half first (the rings of
+  request slots are the engine's, shared, and a kept slot is not reusable until it is
+  waited for);
 - cuda backend: the context owns a CUDA stream; its copies are queued there and
   ``ctx.quiet`` waits for that stream only.
 
@@ -59,6 +61,7 @@ class Context:
         self._rt = rt                  # the runtime it was made in (None: the default context)
         self._default = default
         self._tickets: list = []       # (engine, ticket) of its requests through the NIC
+        self._lanes: dict = {}         # remote engine -> its lane (queue pairs) for this context
         self._lock = threading.Lock()
         self._stream = None            # cuda: its own stream, made on first use
         self._live = True
@@ -96,6 +99,16 @@ class Context:
             self._stream = cuda.stream()
         return self._stream
 
+    def _lane(self, rt: Runtime) -> int:
+        """This context's lane of the remote engine in use (0, the PE's own, without one)."""
+        engine = rt.transports.engine
+        if engine is None or rt.on_gpu:
+            return 0
+        with self._lock:
+            if engine not in self._lanes:
+                self._lanes[engine] = rt.transports.new_lane()
+            return self._lanes[engine]
+
     def _keep_bounded(self, rt: Runtime, fn: str) -> None:
         """Complete the oldest half of the kept requests once there are ``_MAX_KEPT``."""
         with self._lock:
@@ -113,7 +126,8 @@ class Context:
             getattr(_rma, name)(dest, src, pe)
             return
         tickets: list = []
-        (_rma._put if name == "put_nbi" else _rma._get)(fn, dest, src, pe, self._stream_of(rt), True, tickets)
+        (_rma._put if name == "put_nbi" else _rma._get)(fn, dest, src, pe, self._stream_of(rt), True, tickets,
+                                                        self._lane(rt))
         if tickets:
             with self._lock:
                 self._tickets += tickets
@@ -228,6 +242,9 @@ def ctx_destroy(ctx: Context) -> None:
     if not ctx._live:
         raise PgasValueError(f"{fn}: ctx was already destroyed")
     ctx.quiet()
+    for engine, lane in ctx._lanes.items():      # complete: the next context may take them
+        engine.release_lane(lane)
+    ctx._lanes = {}
     if ctx._stream is not None:
         ctx._stream = None
     ctx._live = False

@@ -26,17 +26,19 @@ __all__ = ["put", "get", "put_nbi", "get_nbi", "iput", "iget", "ibput", "ibget",
 
 
 def _copy(rt: Runtime, pe: int, to_peer: bool, sym, other, nelems: int, stream, fn: str, nbi: bool,
-          order: str = "C", tickets: list | None = None) -> None:
+          order: str = "C", tickets: list | None = None, lane: int = 0) -> None:
     """Copy the first ``nelems`` elements, in memory order ``order`` ("C" or "F"), between
     contiguous ``other`` (local) and PE ``pe``'s copy of contiguous symmetric ``sym``: into
     it when ``to_peer``, else out of it. ``nbi``: complete at ``quiet`` rather than on return
-    (where the path allows it); ``tickets``: a context's list for its NIC requests."""
+    (where the path allows it); ``tickets``, ``lane``: a context's list for its NIC
+    requests, and its queue pairs (``Transports.copy``)."""
     if rt.on_gpu:   # by address and byte count: the memory order is the arrays' own
         from . import _gpu_ops
         theirs = rt.heap.view_on(pe, sym, fn, "dest" if to_peer else "src")
         _gpu_ops.copy(*((theirs, other) if to_peer else (other, theirs)), nelems, stream, fn, nbi=nbi)
     else:
-        rt.transports.copy(fn, pe, to_peer, flat(sym, order), 1, flat(other, order), 1, 0, nelems, nbi, tickets)
+        rt.transports.copy(fn, pe, to_peer, flat(sym, order), 1, flat(other, order), 1, 0, nelems, nbi, tickets,
+                           lane)
 
 
 def _local_source(rt: Runtime, fn: str, src, dest):
@@ -57,7 +59,7 @@ def _in_heap(rt: Runtime, arr: np.ndarray) -> bool:
     return base <= arr.__array_interface__["data"][0] < base + rt.heap.size
 
 
-def _put(fn: str, dest, src, pe, stream, nbi: bool, tickets: list | None = None) -> None:
+def _put(fn: str, dest, src, pe, stream, nbi: bool, tickets: list | None = None, lane: int = 0) -> None:
     rt = runtime(fn)
     pe = check_pe(fn, pe, rt.n_pes)
     d, s = as_ndarray(dest, fn, "dest"), as_ndarray(src, fn, "src")
@@ -65,10 +67,10 @@ def _put(fn: str, dest, src, pe, stream, nbi: bool, tickets: list | None = None)
     s, order = _local_source(rt, fn, s, d)
     check_fits(fn, "dest", d, s.size, "put copies src.size elements")
     rt.symmetric_offset(d, fn, "dest")
-    _copy(rt, pe, True, d, s, s.size, stream, fn, nbi, order, tickets)
+    _copy(rt, pe, True, d, s, s.size, stream, fn, nbi, order, tickets, lane)
 
 
-def _get(fn: str, dest, src, pe, stream, nbi: bool, tickets: list | None = None) -> None:
+def _get(fn: str, dest, src, pe, stream, nbi: bool, tickets: list | None = None, lane: int = 0) -> None:
     rt = runtime(fn)
     pe = check_pe(fn, pe, rt.n_pes)
     d, s = as_ndarray(dest, fn, "dest"), as_ndarray(src, fn, "src")
@@ -78,7 +80,7 @@ def _get(fn: str, dest, src, pe, stream, nbi: bool, tickets: list | None = None)
         raise PgasValueError(f"{fn}: dest must be writable, got a read-only numpy array")
     check_fits(fn, "src", s, d.size, "get copies dest.size elements")
     rt.symmetric_offset(s, fn, "src")
-    _copy(rt, pe, False, s, d, d.size, stream, fn, nbi, order, tickets)
+    _copy(rt, pe, False, s, d, d.size, stream, fn, nbi, order, tickets, lane)
 
 
 @nvshmem4py_keywords("dst", "remote_pe")

@@ -173,8 +173,9 @@ class Nic(Responder):
     def create_qp(self, peer: int, collapsed: bool = False, allocate=np.zeros) -> QueuePair:
         """A new queue pair to ``peer`` (``ibv_create_qp``), its queues made by ``allocate``;
         see QueuePair for ``collapsed``."""
-        qp = QueuePair(qpn=0x100 + len(self._by_qpn), peer=peer, collapsed=collapsed, allocate=allocate)
-        self._by_qpn[qp.qpn] = qp
+        with self._rung_lock:     # threads of the PE make queue pairs (contexts): one number each
+            qp = QueuePair(qpn=0x100 + len(self._by_qpn), peer=peer, collapsed=collapsed, allocate=allocate)
+            self._by_qpn[qp.qpn] = qp
         if self._thread is None:
             self._start()
         return qp

@@ -79,28 +79,54 @@ class Ibgda:
         self.nic = nic
         self.timeout = timeout
         self._code = code.compiled()
-        self.queues = {peer: DeviceQueue(nic, peer) for peer in nic.peers}
         self.errors: list[str] = []           # failures of requests nobody waits for, for quiet
-        self._failed: dict[tuple, tuple] = {}   # (peer, WQE index) -> refusal of a waited request
+        self._failed: dict[tuple, tuple] = {}   # (queue pair number, WQE index) -> refusal of a waited request
         self._errors_lock = threading.Lock()
         self._wakeups_lock = threading.Lock()
         self._sleeper_ids = itertools.count()
-        for queue in self.queues.values():
+        # lane 0: the PE's queue pairs; each context that sends through the NIC gets a lane
+        # of its own (new_lane), kept for the next context when it is destroyed
+        self.lanes = [self._new_queues()]
+        self.queues = self.lanes[0]
+        self._free_lanes: list[int] = []
+        self._lanes_lock = threading.Lock()
+
+    def _new_queues(self) -> dict[int, DeviceQueue]:
+        queues = {peer: DeviceQueue(self.nic, peer) for peer in self.nic.peers}
+        for queue in queues.values():
             queue.qp.on_completion = functools.partial(self._completed, queue)
+        return queues
+
+    def new_lane(self) -> int:
+        """A lane of queue pairs of its own (one to each peer) for a context."""
+        with self._lanes_lock:
+            if self._free_lanes:
+                return self._free_lanes.pop()
+            self.lanes.append(self._new_queues())
+            return len(self.lanes) - 1
+
+    def release_lane(self, lane: int) -> None:
+        """Give back a context's lane (its requests complete) for the next context."""
+        with self._lanes_lock:
+            self._free_lanes.append(lane)
+
+    def _all_queues(self) -> list[DeviceQueue]:
+        return [queue for queues in list(self.lanes) for queue in queues.values()]
 
     def close(self) -> None:
-        for queue in self.queues.values():
+        for queue in self._all_queues():
             queue.qp.rung = None
             self.nic.deregister(queue.cells_region)
 
     # Requesters --------------------------------------------------------------------
 
     def submit(self, fn: str, op: int, pe: int, raddr: int, *, laddr: int = 0, lkey: int = 0, nbytes: int = 0,
-               size: int = 8, value: int = 0, compare: int = 0, waited: bool = True):
-        """Post one request (the ops of ``_proxy``); returns its ticket. ``waited``: the
-        caller will ``wait`` for it (else a failure is kept for the next ``quiet``)."""
+               size: int = 8, value: int = 0, compare: int = 0, waited: bool = True, lane: int = 0):
+        """Post one request (the ops of ``_proxy``) on the queue pair to ``pe`` of ``lane``;
+        returns its ticket. ``waited``: the caller will ``wait`` for it (else a failure is
+        kept for the next ``quiet``)."""
         mlx5.check_message(fn, nbytes)
-        queue = self.queues[pe]
+        queue = self.lanes[lane][pe]
         rkey = self.nic.remote[pe].rkey
         operands = (0, 0, 0, 0)
         if op in _KIND:
@@ -125,7 +151,7 @@ class Ibgda:
     def wait(self, fn: str, ticket) -> int:
         """Wait for the request ``ticket``; its fetched value (atomics), or PgasError if refused."""
         queue, start, op, size = ticket
-        key = (queue.peer, start)
+        key = (queue.qp.qpn, start)
         try:
             # a refused WQE's error is read before the floor passes it
             self._sleep_until(fn, queue, start + 1, lambda: self._poll(queue) > start or key in self._failed,
@@ -142,7 +168,7 @@ class Ibgda:
     def quiet(self, fn: str, pes=None) -> None:
         """Wait until every request posted so far (to the PEs in set ``pes``: each has its
         own queue) is complete; raise the first failure of a request nobody waited for."""
-        for queue in self.queues.values():
+        for queue in self._all_queues():
             if pes is not None and queue.peer not in pes:
                 continue
             last = queue.counter("last")      # the newest published WQE's index + 1
@@ -203,7 +229,7 @@ class Ibgda:
                 nbytes = wqe.nbytes or wqe.atomic_size
                 refusal = (what, queue.peer, wqe.raddr, nbytes, syndrome)
                 if queue.waited[start % queue.qp.depth]:
-                    self._failed[(queue.peer, start)] = refusal
+                    self._failed[(queue.qp.qpn, start)] = refusal
                 else:
                     self.errors.append(mlx5.refusal("pgas (non-blocking operation, reported at quiet)", *refusal))
                 queue.descriptor[code.W["errors_read"]] += 1

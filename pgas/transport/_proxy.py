@@ -32,7 +32,7 @@ __all__ = ["Proxy", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP"
 
 CAPACITY = 1024
 REQUEST = np.dtype([("ticket", "u8"), ("state", "u1"), ("op", "u1"), ("size", "u1"), ("waited", "u1"),
-                    ("pe", "u4"), ("raddr", "u8"), ("laddr", "u8"), ("lkey", "u4"), ("syndrome", "u4"),
+                    ("pe", "u4"), ("lane", "u4"), ("raddr", "u8"), ("laddr", "u8"), ("lkey", "u4"), ("syndrome", "u4"),
                     ("nbytes", "u8"), ("value", "u8"), ("compare", "u8"), ("result", "u8")])
 _FREE, _READY, _POSTED, _DONE = range(4)
 _MAX_PAUSE_S = 2e-3
@@ -56,17 +56,40 @@ class Proxy:
         self._reserve = threading.Lock()
         self._wake = threading.Event()
         self._completion = threading.Condition()     # notified after completions land
-        self.qps = {peer: nic.create_qp(peer) for peer in nic.peers}     # by peer
-        self._posted: dict[int, dict] = {qp.qpn: {} for qp in self.qps.values()}   # wqe index -> ticket
-        self._producer = {qp.qpn: 0 for qp in self.qps.values()}    # basic blocks posted
-        self._consumer = {qp.qpn: 0 for qp in self.qps.values()}    # basic blocks completed
-        self._cqes_read = {qp.qpn: 0 for qp in self.qps.values()}
+        self._posted: dict[int, dict] = {}      # by queue pair number: wqe index -> ticket
+        self._producer: dict[int, int] = {}     # by queue pair number: basic blocks posted
+        self._consumer: dict[int, int] = {}     # by queue pair number: basic blocks completed
+        self._cqes_read: dict[int, int] = {}
+        # lane 0: the PE's queue pairs (by peer); each context that sends through the NIC
+        # gets a lane of its own (new_lane), kept for the next context when it is destroyed
+        self.lanes: list[dict] = []
+        self._all_qps: tuple = ()           # replaced whole when a lane is added (the thread reads it)
+        self._free_lanes: list[int] = []
+        self._lanes_lock = threading.Lock()
+        self.new_lane()
         self.errors: list[str] = []         # failures of requests nobody waits for, for quiet
         self._running = True
-        for qp in self.qps.values():
-            qp.on_completion = self._wake.set
         self._thread = threading.Thread(target=self._serve, name=f"pgas-proxy-pe{nic.my_pe}", daemon=True)
         self._thread.start()
+
+    def new_lane(self) -> int:
+        """A lane of queue pairs of its own (one to each peer) for a context."""
+        with self._lanes_lock:
+            if self._free_lanes:
+                return self._free_lanes.pop()
+            qps = {peer: self.nic.create_qp(peer) for peer in self.nic.peers}
+            for qp in qps.values():
+                self._posted[qp.qpn], self._producer[qp.qpn], self._consumer[qp.qpn] = {}, 0, 0
+                self._cqes_read[qp.qpn] = 0
+                qp.on_completion = self._wake.set
+            self.lanes.append(qps)
+            self._all_qps = self._all_qps + tuple(qps.values())
+            return len(self.lanes) - 1
+
+    def release_lane(self, lane: int) -> None:
+        """Give back a context's lane (its requests complete) for the next context."""
+        with self._lanes_lock:
+            self._free_lanes.append(lane)
 
     def close(self) -> None:
         self._running = False
@@ -77,9 +100,10 @@ class Proxy:
     # Requesters --------------------------------------------------------------------
 
     def submit(self, fn: str, op: int, pe: int, raddr: int, *, laddr: int = 0, lkey: int = 0, nbytes: int = 0,
-               size: int = 8, value: int = 0, compare: int = 0, waited: bool = True) -> int:
-        """Queue one request; returns its ticket. ``waited``: the caller will ``wait`` for
-        it (else a failure is kept for the next ``quiet``)."""
+               size: int = 8, value: int = 0, compare: int = 0, waited: bool = True, lane: int = 0) -> int:
+        """Queue one request for the queue pair to ``pe`` of ``lane``; returns its ticket.
+        ``waited``: the caller will ``wait`` for it (else a failure is kept for the next
+        ``quiet``)."""
         mlx5.check_message(fn, nbytes)
         clock = None
         while True:
@@ -92,6 +116,7 @@ class Proxy:
             clock.pause(f"a free slot in the proxy's request ring ({CAPACITY} requests outstanding)")
         slot = self.ring[ticket % CAPACITY]
         slot["ticket"], slot["op"], slot["size"], slot["pe"], slot["raddr"] = ticket, op, size, pe, raddr
+        slot["lane"] = lane
         slot["laddr"], slot["lkey"], slot["nbytes"], slot["value"], slot["compare"] = (
             laddr, lkey, nbytes, value & 0xFFFFFFFFFFFFFFFF, compare & 0xFFFFFFFFFFFFFFFF)
         slot["syndrome"], slot["waited"] = 0, waited
@@ -183,7 +208,7 @@ class Proxy:
             slot = self.ring[self._taken % CAPACITY]
             if slot["state"] != _READY or slot["ticket"] != self._taken:
                 break
-            qp = self.qps[int(slot["pe"])]
+            qp = self.lanes[int(slot["lane"])][int(slot["pe"])]
             if qp.depth - (self._producer[qp.qpn] - self._consumer[qp.qpn]) < 2:
                 break               # a full send queue: wait for completions
             self._post(qp, slot)
@@ -219,7 +244,7 @@ class Proxy:
 
     def _poll_completions(self) -> bool:
         progressed = False
-        for qp in self.qps.values():
+        for qp in self._all_qps:
             while True:
                 cqe = mlx5.read_cqe(qp.cq, self._cqes_read[qp.qpn])
                 if cqe is None:

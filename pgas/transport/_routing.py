@@ -180,11 +180,13 @@ class Transports:
         return first, nelems * (rank + 1) // size - first
 
     def copy(self, fn: str, pe: int, to_peer: bool, sym: np.ndarray, sym_stride: int, other: np.ndarray,
-             other_stride: int, first: int, count: int, nbi: bool, tickets: list | None = None) -> None:
+             other_stride: int, first: int, count: int, nbi: bool, tickets: list | None = None,
+             lane: int = 0) -> None:
         """Elements i in [first, first + count): ``to_peer``: ``other[i*other_stride]`` into
         PE ``pe``'s ``sym[i*sym_stride]``; else the reverse. Flat arrays; ``sym`` symmetric.
         ``tickets`` (a context's list, with ``nbi``): the NIC requests of the copy are kept
-        there for ``complete`` instead of being left to ``quiet``."""
+        there for ``complete`` instead of being left to ``quiet``; ``lane`` (a context's,
+        from ``new_lane``): the queue pairs of the engine they travel on."""
         if count <= 0:
             return
         s = sym[first * sym_stride:(first + count - 1) * sym_stride + 1:sym_stride]
@@ -215,7 +217,7 @@ class Transports:
         posted = [self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe,
                                       self._raddr(pe, remote_part, fn, "dest" if to_peer else "src"),
                                       laddr=local_part.__array_interface__["data"][0], lkey=lkey,
-                                      nbytes=local_part.nbytes, waited=waits)
+                                      nbytes=local_part.nbytes, waited=waits, lane=lane)
                    for (remote_part, local_part), waits in zip(pieces, waited)]
         if kept:
             tickets.extend((self.engine, ticket) for ticket in posted)
@@ -241,6 +243,12 @@ class Transports:
                 refused = refused or e
         if refused is not None:
             raise refused
+
+    def new_lane(self) -> int:
+        """A lane of the remote engine in use (``self.engine``): queue pairs of its own, one
+        to each PE on another node, for a context (``copy``); the engine's ``release_lane``
+        gives it back."""
+        return self.engine.new_lane()
 
     def complete(self, fn: str, tickets: list) -> None:
         """Complete the NIC requests a context kept in ``tickets`` (see ``copy``), and empty it."""

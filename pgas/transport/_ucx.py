@@ -15,6 +15,7 @@ every answer. ``fence`` needs no work.
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -182,6 +183,12 @@ class Ucx:
         peers = sorted(self.worker.endpoints)
         self._row = {pe: row for row, pe in enumerate(peers)}
         self.batches = batch.new_batches([self.worker.endpoints[pe] for pe in peers], self._request_params.ctypes.data)
+        # lane 0: the PE's endpoints (and batches); each context that sends through the
+        # engine gets endpoints of its own (new_lane: connections of its own), kept for the
+        # next context when it is destroyed. Its requests are all waited for: never batched.
+        self.lanes = [self.batches]
+        self._free_lanes: list[int] = []
+        self._lanes_lock = threading.Lock()
         before_waiting.append(self.flush)
         self.worker.start(self.batches)
         self._wire_up()
@@ -213,6 +220,21 @@ class Ucx:
             struct.cb, struct.user_data = completion.address, user_data.ctypes.data
         return params
 
+    def new_lane(self) -> int:
+        """A lane of endpoints of its own (one to each peer) for a context."""
+        with self._lanes_lock:
+            if self._free_lanes:
+                return self._free_lanes.pop()
+            endpoints = self.worker.connect_again()
+            self.lanes.append(batch.new_batches([endpoints[pe] for pe in sorted(endpoints)],
+                                                self._request_params.ctypes.data))
+            return len(self.lanes) - 1
+
+    def release_lane(self, lane: int) -> None:
+        """Give back a context's lane (its requests answered) for the next context."""
+        with self._lanes_lock:
+            self._free_lanes.append(lane)
+
     def close(self) -> None:
         self.flush()
         if self.flush in before_waiting:
@@ -227,11 +249,12 @@ class Ucx:
     # Requesters ----------------------------------------------------------------------
 
     def submit(self, fn: str, op: int, pe: int, raddr: int, *, laddr: int = 0, lkey: int = 0, nbytes: int = 0,
-               size: int = 8, value: int = 0, compare: int = 0, waited: bool = True) -> int:
-        """Send one request; returns its ticket. ``waited``: the caller will ``wait`` for
-        it (else a failure is kept for the next ``quiet``)."""
+               size: int = 8, value: int = 0, compare: int = 0, waited: bool = True, lane: int = 0) -> int:
+        """Send one request on the endpoint to ``pe`` of ``lane``; returns its ticket.
+        ``waited``: the caller will ``wait`` for it (else a failure is kept for the next
+        ``quiet``)."""
         mlx5.check_message(fn, nbytes)
-        arguments = (self.ring, self.batches, self._row[pe], self.headers, pe, op, size, self.nic.remote[pe].rkey,
+        arguments = (self.ring, self.lanes[lane], self._row[pe], self.headers, pe, op, size, self.nic.remote[pe].rkey,
                      raddr, nbytes, _signed(value), _signed(compare), laddr, waited)
         ticket = self._post(*arguments)
         if ticket == -1:

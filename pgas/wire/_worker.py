@@ -128,6 +128,8 @@ class Worker:
         ucp.check(lib.ucp_worker_get_efd(self.handle, ctypes.addressof(efd)), "ucp_worker_get_efd")
         self.state = np.array([0, efd.value, self.handle], np.int64)
         self._comm = comm
+        self._addresses: dict[int, bytes] = {}      # peers' worker addresses, for more endpoints
+        self._more_endpoints: list[int] = []         # made by connect_again, closed with the worker
         self.endpoints = self._connect(comm, peers)
         self._serve, self.sleep_on_events, self.progress_until = _native_loops(lib)
         self._handlers = []            # keep the callbacks alive
@@ -142,15 +144,24 @@ class Worker:
         mine = ctypes.string_at(address.value, length.value)
         lib.ucp_worker_release_address(self.handle, address.value)
         everyone = comm.allgather(mine)
-        endpoints = {}
-        for pe in peers:
-            theirs = ctypes.create_string_buffer(everyone[pe], len(everyone[pe]))
-            params = ucp.EpParams(field_mask=ucp.EP_PARAM_FIELD_REMOTE_ADDRESS | ucp.EP_PARAM_FIELD_ERR_HANDLING_MODE,
-                                  address=ctypes.addressof(theirs), err_mode=ucp.ERR_HANDLING_MODE_NONE)
-            endpoint = ctypes.c_int64()
-            ucp.check(lib.ucp_ep_create(self.handle, ctypes.addressof(params), ctypes.addressof(endpoint)),
-                      f"ucp_ep_create (to PE {pe})")
-            endpoints[pe] = endpoint.value
+        self._addresses = {pe: everyone[pe] for pe in peers}
+        return {pe: self._endpoint(pe) for pe in peers}
+
+    def _endpoint(self, pe: int) -> int:
+        """A new endpoint to PE ``pe``'s worker (a connection of its own)."""
+        theirs = ctypes.create_string_buffer(self._addresses[pe], len(self._addresses[pe]))
+        params = ucp.EpParams(field_mask=ucp.EP_PARAM_FIELD_REMOTE_ADDRESS | ucp.EP_PARAM_FIELD_ERR_HANDLING_MODE,
+                              address=ctypes.addressof(theirs), err_mode=ucp.ERR_HANDLING_MODE_NONE)
+        endpoint = ctypes.c_int64()
+        ucp.check(self.lib.ucp_ep_create(self.handle, ctypes.addressof(params), ctypes.addressof(endpoint)),
+                  f"ucp_ep_create (to PE {pe})")
+        return endpoint.value
+
+    def connect_again(self) -> dict[int, int]:
+        """A second set of endpoints, one to each peer (not collective: the peers' workers
+        take the new connections as they progress); closed with the worker."""
+        endpoints = {pe: self._endpoint(pe) for pe in self._addresses}
+        self._more_endpoints += endpoints.values()
         return endpoints
 
     def handle_messages(self, am_id: int, callback, arg: int) -> None:
@@ -178,14 +189,14 @@ class Worker:
         after a barrier."""
         lib = self.lib
         params = ucp.RequestParams()
-        for endpoint in self.endpoints.values():
+        for endpoint in [*self.endpoints.values(), *self._more_endpoints]:
             request = lib.ucp_ep_close_nbx(endpoint, ctypes.addressof(params))
             if request > 0:
                 while lib.ucp_request_check_status(request) == ucp.UCS_INPROGRESS:
                     lib.ucp_worker_progress(self.handle)
                     time.sleep(_CLOSE_PAUSE_S)
                 lib.ucp_request_free(request)
-        self.endpoints = {}
+        self.endpoints, self._more_endpoints = {}, []
         # no worker goes while a peer still flushes its endpoint to it (it would be told
         # "Connection reset by remote peer"); a peer that never comes is not waited for long
         everyone = self._comm.Ibarrier()
