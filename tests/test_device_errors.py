@@ -73,6 +73,8 @@ CASES = {
     "UNREACHABLE": (dict(what="dest", why=_device_errors.UNREACHABLE_WHY, a=3), Transports._remote,
                     (SimpleNamespace(kinds={3: "unreachable"}), "pgas.device.put", 3)),
     "TEAM": (dict(what="team", a=7, b=1), team_of, (FakeRuntime(), 7, "pgas.device.barrier")),
+    "LOCK_NOT_HELD": ({}, _sim.refuse, ("pgas.device.clear_lock", KIND["LOCK_NOT_HELD"])),
+    "LOCK_HELD": ({}, _sim.refuse, ("pgas.device.set_lock", KIND["LOCK_HELD"])),
 }
 
 

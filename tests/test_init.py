@@ -170,16 +170,17 @@ print(f"ok {rank}", flush=True)
 """
 
 
-def start_uid_processes(tmp_path, nranks, launcher):
+def start_uid_processes(tmp_path, nranks, launcher, ranks=None, env=None):
+    """Processes ``ranks`` (all by default) of a uid bootstrap of ``nranks``."""
     script = tmp_path / "uid_prog.py"
     script.write_text(UID_PROGRAM)
     path = str(tmp_path / "uid.bin")
-    env = pe_env()
+    env = {**pe_env(), **(env or {})}
     for name in [k for k in env if k.startswith(("PMI_", "PMIX_", "HYDRA_", "MPIR_CVAR_"))]:
         del env[name]      # each process is its own program here, whatever started pytest
     return [subprocess.Popen([*launcher, sys.executable, str(script), str(rank), str(nranks), path], cwd=ROOT,
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for rank in range(nranks)]
+            for rank in (range(nranks) if ranks is None else ranks)]
 
 
 def finish(procs, timeout=120):
@@ -217,6 +218,21 @@ def test_unique_id_bootstrap_of_separately_started_processes(tmp_path, clean_shm
     for rank, (code, out, err) in enumerate(results):
         assert code == 0, f"rank {rank}:\n{err[-3000:]}"
         assert out.split() == ["ok", str(rank)], out
+    assert port_locks() == locks
+
+
+def test_unique_id_bootstrap_ends_when_a_process_never_joins(tmp_path, clean_shm):
+    # 3 ranks expected, 2 started: both wait in MPI's accept for the third, and end after
+    # PGAS_TIMEOUT saying so (MPI's accept cannot be interrupted: the process ends)
+    locks = port_locks()
+    launcher = [] if not mpich_version().startswith("5.") else ["mpiexec", "-n", "1"]
+    started = time.monotonic()
+    results = finish(start_uid_processes(tmp_path, 3, launcher, ranks=[0, 1], env={"PGAS_TIMEOUT": "3"}), timeout=60)
+    assert time.monotonic() - started < 30
+    for rank, (code, out, err) in enumerate(results):
+        assert code == 1, f"rank {rank}: {code}\n{err[-2000:]}"
+        assert "pgas.init: waited PGAS_TIMEOUT=3 s for 1 of the 3 processes to join over the port (2 have" in err, \
+            err[-2000:]
     assert port_locks() == locks
 
 

@@ -177,6 +177,17 @@ def test_device_checks_record_an_error_and_trap(report):
         assert "pgas_record_error" in entry(report["ptx"][label]), label
 
 
+def test_lock_misuse_is_recorded_with_its_error_kinds(report):
+    """set_lock by a holder and clear_lock by a non-holder record LOCK_HELD / LOCK_NOT_HELD
+    (the kind is the third argument of the record call, param2: a constant)."""
+    from pgas.core._device_errors import KIND
+    body = entry(report["ptx"]["locks"])
+    assert as_ptx_bytes("pgas.device.set_lock") in report["ptx"]["locks"]
+    assert as_ptx_bytes("pgas.device.clear_lock") in report["ptx"]["locks"]
+    kinds = {int(k) for k in re.findall(r"st\.param\.b64\s+\[param2\+0\],\s*(\d+);", body)}
+    assert {KIND["LOCK_HELD"], KIND["LOCK_NOT_HELD"]} <= kinds, sorted(kinds)
+
+
 def test_float_atomic_add_is_atom_add_f32_f64_sequentially_consistent(report):
     for dtype in ("float32", "float64"):
         for name in ("atomic_add", "atomic_fetch_add"):

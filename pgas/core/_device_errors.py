@@ -12,7 +12,7 @@ from ._constants import CMP_NAMES
 from ._errors import PgasError, PgasTimeoutError, PgasValueError
 
 __all__ = ["KINDS", "KIND", "NIC_KINDS", "NOT_REGISTERED", "NIC_WIDE", "NIC_REFUSED", "NIC_TIMEOUT", "UNREACHABLE_WHY",
-           "REDUCTIONS_IN_PLACE", "TIMEOUT", "BARRIER_TIMEOUT", "SET_TIMEOUT", "describe", "device_error",
+           "REDUCTIONS_IN_PLACE", "LOCK_DTYPE", "TIMEOUT", "BARRIER_TIMEOUT", "SET_TIMEOUT", "describe", "device_error",
            "timeout_error", "value_waited_for", "ivar_waited_for", "arrivals_waited_for"]
 
 # kind -> (name, exception class, text with the fields fn, what, why, a, b, c); the codes are
@@ -32,7 +32,11 @@ KINDS = {
     12: ("SIGNAL", PgasValueError, "{fn}: signal must be a non-empty uint64 (or int64) symmetric array, got {why} "
                                    "with {a} elements"),
     15: ("NEGATIVE_STRIDE", PgasValueError, "{fn}: {what} stride must be a non-negative integer, got {a}"),
+    21: ("LOCK_NOT_HELD", PgasValueError, "{fn}: this PE does not hold lock"),
+    22: ("LOCK_HELD", PgasValueError, "{fn}: this PE already holds lock (a PE must not hold a lock twice)"),
 }
+# a lock's dtype, refused by the host calls, the simulator, and the cuda compiler alike
+LOCK_DTYPE = "lock must be a symmetric int64 array (pgas.zeros(1, np.int64)), got {dtype}"
 KIND = {name: kind for kind, (name, _, _) in KINDS.items()}
 # what only the cuda backend's NIC path records (the simulator's NIC path registers any
 # local memory for a call, and moves wider single elements as copies)

@@ -11,6 +11,7 @@ from numba.core.errors import TypingError
 from numba.cuda.extending import intrinsic
 
 from ..core._codes import DTYPE_SETS, REDUCE_OPS, reduce_code
+from ..core._device_errors import LOCK_DTYPE
 from ..core._errors import PgasError
 from ..core._reductions import reduction_ufunc
 from ._ir import check_codegens
@@ -18,7 +19,7 @@ from ._state_reads import record_failure
 
 __all__ = ["check_not_empty", "check_copy", "check_cmp", "check_signal", "check_sig_op", "check_size", "check_root",
            "check_dtype_set", "reduce_op_code", "check_reduction", "check_dtypes_match", "literal",
-           "same_dtype_or_refuse"]
+           "same_dtype_or_refuse", "check_lock", "refuse"]
 
 _CHECKS = check_codegens(record_failure)
 
@@ -62,6 +63,26 @@ def check_root(typingctx, fn, root, team_size):
 
 def _noop(context, builder, sig, args):
     return context.get_dummy_value()
+
+
+@intrinsic
+def check_lock(typingctx, fn, lock):
+    """A lock of another dtype than int64 is refused when the kernel compiles."""
+    if not isinstance(lock, types.Array) or str(lock.dtype) != "int64":
+        raise TypingError(f"pgas.device: {LOCK_DTYPE.format(dtype=getattr(lock, 'dtype', lock))}")
+    return types.void(fn, lock), _noop
+
+
+@intrinsic
+def refuse(typingctx, fn, kind):
+    """A misuse that the data shows (``kind``: a KIND code, no fields): recorded in the
+    mailbox, and the kernel traps; the host raises it with the simulator's text."""
+    def codegen(context, builder, sig, args):
+        zero = context.get_constant(types.int64, 0)
+        record_failure(context, builder, context.cast(builder, args[1], sig.args[1], types.int64),
+                       [(sig.args[0], args[0]), ("", None), ("", None)], [zero, zero, zero])
+        return context.get_dummy_value()
+    return types.void(fn, kind), codegen
 
 
 def literal(text) -> str:

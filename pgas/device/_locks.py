@@ -42,9 +42,9 @@ thread of the PE calls each of these. At most 2**20 - 1 PEs.
 """
 from __future__ import annotations
 
-from ..core._backend import backend_name
 from ..core._codes import RMW_AND, RMW_OR, RMW_XOR
 from ..core._constants import CMP_GE
+from ..core._device_errors import KIND
 from ._primitives import prim as _p
 
 __all__ = ["set_lock", "clear_lock", "test_lock"]
@@ -55,41 +55,7 @@ HELD = 1 << 20              # this PE holds the lock
 NEXT_SHIFT = 21
 NEXT = TAIL << NEXT_SHIFT   # the successor + 1
 GRANTED = 1 << 62           # the lock is handed to this PE
-NOT_HELD, HELD_ALREADY = 0, 1   # misuses the word shows (``_refuse``)
-_MISUSES = ("this PE does not hold lock", "this PE already holds lock (a PE must not hold a lock twice)")
-
-if backend_name() == "simulator":
-    import numpy as np
-
-    from ..core._errors import PgasValueError
-
-    def _check_dtype(fn, lock):
-        if lock.dtype != np.int64:
-            raise PgasValueError(f"{fn}: lock must be a symmetric int64 array (pgas.zeros(1, np.int64)), "
-                                 f"got {lock.dtype}")
-
-    def _refuse(fn, problem):
-        """A misuse the lock word shows: raised (on a GPU: see ``_refuse`` below)."""
-        raise PgasValueError(f"{fn}: {_MISUSES[problem]}")
-else:
-    from numba import types
-    from numba.core.errors import TypingError
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def _check_dtype(typingctx, fn, lock):
-        """Refused when the kernel compiles, as the other device dtype checks are."""
-        if not isinstance(lock, types.Array) or str(lock.dtype) != "int64":
-            raise TypingError(f"pgas.device: lock must be a symmetric int64 array (pgas.zeros(1, np.int64)), "
-                              f"got {getattr(lock, 'dtype', lock)}")
-        return types.void(fn, lock), lambda context, builder, sig, args: context.get_dummy_value()
-
-    @_p.jit
-    def _refuse(fn, problem):
-        """On a GPU a device check reports through a coded error kind
-        (pgas/core/_device_errors.py), which has none for lock misuse yet: the call returns
-        without touching the lock (``clear_lock``), or its wait times out (``set_lock``)."""
-        pass
+NOT_HELD, HELD_ALREADY = KIND["LOCK_NOT_HELD"], KIND["LOCK_HELD"]     # misuses the word shows
 
 
 @_p.jit
@@ -108,7 +74,7 @@ def _enqueue(fn, word, me):
 def _acquire(fn, word):
     me = _p.my_pe(fn)
     if _p.load_acquire(word, fn, "lock") & HELD:
-        _refuse(fn, HELD_ALREADY)
+        _p.refuse(fn, HELD_ALREADY)
     ahead = _enqueue(fn, word, me)
     if ahead == 0:
         _p.remote_rmw(fn, word, me, RMW_OR, HELD, "lock", True)
@@ -125,7 +91,7 @@ def _release(fn, word):
     _p.quiet(fn)   # the critical section's operations are complete before the lock moves on
     mine = _p.remote_rmw(fn, word, me, RMW_AND, ~HELD, "lock", True)
     if mine & HELD == 0:
-        _refuse(fn, NOT_HELD)
+        _p.refuse(fn, NOT_HELD)
         return
     after = (mine >> NEXT_SHIFT) & TAIL
     if after == 0:
@@ -167,7 +133,7 @@ def set_lock(lock):
     after PGAS_TIMEOUT seconds of waiting.
     """
     fn = _p.name("pgas.device.set_lock")
-    _check_dtype(fn, lock)
+    _p.check_lock(fn, lock)
     word = _p.local(lock, fn, "lock")
     _p.check_not_empty(fn, "lock", word)
     _acquire(fn, word)
@@ -176,11 +142,11 @@ def set_lock(lock):
 def clear_lock(lock):
     """clear_lock(lock): ``quiet``, then release ``lock`` to the next PE waiting for it.
 
-    The caller must hold the lock (on the simulator a PE that does not raises; on a GPU
-    the call returns without touching the lock).
+    The caller must hold the lock: a PE that does not gets PgasValueError (on a GPU the
+    kernel stops and the host raises it).
     """
     fn = _p.name("pgas.device.clear_lock")
-    _check_dtype(fn, lock)
+    _p.check_lock(fn, lock)
     word = _p.local(lock, fn, "lock")
     _p.check_not_empty(fn, "lock", word)
     _release(fn, word)
@@ -190,7 +156,7 @@ def test_lock(lock):
     """test_lock(lock) -> 0 if this PE took ``lock`` (it was free), 1 if it is held (then
     nothing changed); never waits."""
     fn = _p.name("pgas.device.test_lock")
-    _check_dtype(fn, lock)
+    _p.check_lock(fn, lock)
     word = _p.local(lock, fn, "lock")
     _p.check_not_empty(fn, "lock", word)
     return _try_acquire(fn, word)

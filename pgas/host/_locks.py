@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import _cpu_atomics
+from ..core._device_errors import LOCK_DTYPE, device_error
 from ..core._errors import PgasValueError
 from ..core._waiting import Wait
 from ..runtime._state import runtime
@@ -41,8 +42,7 @@ class _LockWord:
         self.rt = rt = runtime(fn)
         word = element0(fn, lock, "lock")
         if word.dtype != np.int64:
-            raise PgasValueError(f"{fn}: lock must be a symmetric int64 array (pgas.zeros(1, np.int64)), "
-                                 f"got {word.dtype}")
+            raise PgasValueError(f"{fn}: {LOCK_DTYPE.format(dtype=word.dtype)}")
         rt.symmetric_offset(word, fn, "lock")
         self.word = word
         self.me = rt.my_pe
@@ -113,7 +113,7 @@ def set_lock(lock) -> None:
     word = _LockWord("pgas.set_lock", lock)
     me = word.me
     if word.own() & HELD:
-        raise PgasValueError(f"{word.fn}: this PE already holds lock (a PE must not hold a lock twice)")
+        raise device_error("LOCK_HELD", word.fn)
     seen = 0                       # a guess of PE 0's word: the lock free, PE 0 not queued
     while True:                    # become the tail, keeping PE 0's own record
         old = word.compare_swap(HOME, seen, (seen & ~TAIL) | (me + 1))
@@ -153,7 +153,7 @@ def clear_lock(lock) -> None:
     word.quiet()
     mine = word.fetch_op(me, "and", ~HELD)
     if not mine & HELD:
-        raise PgasValueError(f"{word.fn}: this PE does not hold lock")
+        raise device_error("LOCK_NOT_HELD", word.fn)
     after = (mine >> NEXT_SHIFT) & TAIL
     if after == 0:
         seen = me + 1              # a guess of PE 0's word: this PE the tail, PE 0 not queued

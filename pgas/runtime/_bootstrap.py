@@ -6,8 +6,10 @@ import fcntl
 import hashlib
 import os
 import secrets
-import tempfile
 import socket
+import sys
+import tempfile
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,6 +183,29 @@ def _one_connect_at_a_time(port: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _ends_process_after(timeout: float, fn: str, waiting_for, before_exit):
+    """End this process (status 1, saying why, after ``before_exit()``) if the block lasts
+    more than ``timeout`` seconds: MPI's accept and connect wait for the other side without
+    end and cannot be interrupted. ``waiting_for()`` says for what. A thread that sleeps on
+    an event."""
+    finished = threading.Event()
+
+    def watch():
+        if not finished.wait(timeout):
+            with contextlib.suppress(OSError):
+                before_exit()
+            sys.stderr.write(f"{fn}: waited PGAS_TIMEOUT={timeout:g} s for {waiting_for()}; ending this process "
+                             "(MPI's accept and connect cannot be interrupted)\n")
+            sys.stderr.flush()
+            os._exit(1)
+    threading.Thread(target=watch, name="pgas-join-timeout", daemon=True).start()
+    try:
+        yield
+    finally:
+        finished.set()
+
+
 def join_over_port(port: str, index: int, count: int, fn: str, what: str = "rank"):
     """The communicator of the ``count`` processes that call this with ``port``, ordered by
     ``index`` (each gives a different one in [0, count)): index 0, the process that opened
@@ -190,19 +215,27 @@ def join_over_port(port: str, index: int, count: int, fn: str, what: str = "rank
     from mpi4py import MPI
 
     made = []
+    comm = MPI.COMM_SELF
+
+    def waiting_for():
+        joined = comm.Get_size()
+        return (f"{count - joined} of the {count} processes to join over the port ({joined} have, this one "
+                f"with {what} {index} included)" if index == 0 or joined > 1 else
+                f"the process with {what} 0 to accept this one ({what} {index}) on its port")
     try:
         try:
-            comm = MPI.COMM_SELF
-            if index != 0:
-                with _one_connect_at_a_time(port):
-                    inter = MPI.COMM_SELF.Connect(port)
-                    comm = inter.Merge(high=True)
-                made += [inter, comm]
-            while comm.Get_size() < count:
-                inter = comm.Accept(port, root=0)
-                comm = inter.Merge(high=False)
-                made += [inter, comm]
-            indices = comm.allgather(index)
+            with _ends_process_after(setting("PGAS_TIMEOUT"), fn, waiting_for,
+                                     lambda: index == 0 and os.unlink(_connect_lock_path(port))):
+                if index != 0:
+                    with _one_connect_at_a_time(port):
+                        inter = MPI.COMM_SELF.Connect(port)
+                        comm = inter.Merge(high=True)
+                    made += [inter, comm]
+                while comm.Get_size() < count:
+                    inter = comm.Accept(port, root=0)
+                    comm = inter.Merge(high=False)
+                    made += [inter, comm]
+                indices = comm.allgather(index)
         except MPI.Exception as exc:
             raise PgasError(f"{fn}: joining over the MPI port failed ({exc.Get_error_string().splitlines()[0]})") \
                 from None

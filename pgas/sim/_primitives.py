@@ -19,7 +19,7 @@ from ..core import _cpu_atomics
 from ..core._checks import (check_contiguous, check_dtypes_match, check_nonnegative, check_pe, check_root, check_sig_op,
                             check_signal)
 from ..core._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, RMW_NAMES, THREAD, WARP, reduce_code
-from ..core._device_errors import arrivals_waited_for, device_error, ivar_waited_for
+from ..core._device_errors import LOCK_DTYPE, arrivals_waited_for, describe, device_error, ivar_waited_for
 from ..core._errors import PgasError, PgasTimeoutError, PgasValueError
 from ..core._reductions import identity, reduce_into, reduction_ufunc
 from ..core._waiting import Wait, check_cmp, compare, wait_for_value as _wait_for_value
@@ -408,6 +408,17 @@ def check_dtype_set(fn: str, what: str, arr: np.ndarray, allowed: int) -> None:
     if arr.dtype.name not in DTYPE_SETS[allowed]:
         raise PgasValueError(f"{fn}: {what} must have one of the dtypes {', '.join(DTYPE_SETS[allowed])}, "
                              f"got {arr.dtype}")
+
+
+def check_lock(fn: str, lock: np.ndarray) -> None:
+    """``lock`` must be int64 (on a GPU, refused when the kernel compiles)."""
+    if lock.dtype != np.int64:
+        raise PgasValueError(f"{fn}: {LOCK_DTYPE.format(dtype=lock.dtype)}")
+
+
+def refuse(fn: str, kind: int) -> None:
+    """A misuse that the data shows (a KIND code of ``_device_errors``, no fields): raised."""
+    raise describe(kind, fn, "", "", 0, 0, 0)
 
 
 def check_size(fn: str, what: str, have: int, need: int, why: str) -> None:

@@ -169,6 +169,11 @@ def remote_ops(dest, src, fdest, pe, out):
     dev.quiet()
 
 
+def lock_then_clear(lock):
+    dev.set_lock(lock)
+    dev.clear_lock(lock)
+
+
 def wait_any_of(ivars, status, out):
     out[0] = dev.wait_until_any(ivars, status, dev.CMP_EQ, 1)
 
@@ -190,6 +195,7 @@ def ptx_kernels():
     yield "named_reductions", named_reductions, (types.int64, types.float32[::1], types.float32[::1])
     yield "wait_until_any", wait_any_of, (i64, types.int32[::1], i64)
     yield "remote_ops", remote_ops, (i64, i64, f32, types.int32, i64)
+    yield "locks", lock_then_clear, (i64,)
     from pgas.cuda._nic_host import atomic_kernel_source
     yield ("nic_atomic", *atomic_kernel_source())        # the NIC's atomics on GPU memory
 
