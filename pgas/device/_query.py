@@ -1,15 +1,18 @@
 """Device queries: which PE am I, how many are there, and the same within a team."""
 from __future__ import annotations
 
-from ..core._version import SPEC_VERSION, VERSION
+import numpy as np
+
+from ..core._version import SPEC_VERSION, VENDOR_NAME, VERSION
 from ._primitives import prim as _p
 
 __all__ = ["my_pe", "n_pes", "team_my_pe", "team_n_pes", "team_translate_pe", "vendor_get_version_info",
-           "info_get_version"]
+           "info_get_version", "info_get_name"]
 
 # compile-time constants of the kernels that ask
 _MAJOR, _MINOR, _PATCH = VERSION
 _SPEC_MAJOR, _SPEC_MINOR = SPEC_VERSION
+_NAME = np.frombuffer(VENDOR_NAME.encode("ascii") + b"\0", np.uint8)   # a constant array in kernels
 
 
 def my_pe():
@@ -57,3 +60,15 @@ def info_get_version():
     """info_get_version() -> (major, minor): the OpenSHMEM specification pgas follows, (1, 6)
     (``nvshmem_info_get_version``)."""
     return _SPEC_MAJOR, _SPEC_MINOR
+
+
+def info_get_name(name):
+    """info_get_name(name) -> the number of bytes written: pgas's name (the host's
+    ``pgas.info_get_name()``) as a NUL-terminated string into int8 or uint8 array ``name``
+    (NVSHMEM's ``nvshmem_info_get_name(char *name)``); cut short to fit, NUL included."""
+    count = min(_NAME.size, name.size)
+    for i in range(count - 1):
+        name[i] = _NAME[i]
+    if count > 0:
+        name[count - 1] = 0
+    return count

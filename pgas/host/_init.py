@@ -10,7 +10,7 @@ from ..core import _job
 from ..core._backend import backend_name, gpu_usable
 from ..core._env import setting, unknown_settings
 from ..core._errors import PgasError, PgasValueError
-from ..core._version import SPEC_VERSION, VERSION, __version__
+from ..core._version import SPEC_VERSION, VENDOR_NAME, VERSION
 from ..runtime import _failure, _state
 from ..runtime._allocator import HeapAllocator
 from ..runtime._barrier import wait_all
@@ -266,7 +266,7 @@ def info_get_version() -> tuple[int, int]:
 
 def info_get_name() -> str:
     """The vendor string (OpenSHMEM's ``shmem_info_get_name``): ``"pgas <version>"``."""
-    return f"pgas {__version__}"
+    return VENDOR_NAME
 
 
 def vendor_get_version_info() -> tuple[int, int, int]:

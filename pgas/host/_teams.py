@@ -22,6 +22,7 @@ from ..runtime._state import Runtime, runtime
 from ..runtime._team_table import Team, team_of
 from ._memory import _device_array
 from ._sync import team_barrier
+from ._team_names import check_new_name, forget_team, name_team, team_named
 
 __all__ = ["team_split_strided", "team_split_2d", "team_init", "get_team_unique_id", "TeamUniqueId", "TeamConfig",
            "team_my_pe", "team_n_pes", "team_translate_pe", "team_destroy", "team_ptr", "barrier", "sync"]
@@ -69,8 +70,9 @@ def team_split_strided(parent, start: int, stride: int, size: int, config=None, 
                        new_team_name: str | None = None):
     """A team of ``size`` members of ``parent``: its PEs ``start, start+stride, ...``.
 
-    ``config``, ``config_mask`` and ``new_team_name`` (nvshmem4py's) are accepted and
-    ignored: pgas teams have no options, and a team is its integer handle.
+    ``config`` and ``config_mask`` (nvshmem4py's) are accepted and ignored: pgas teams
+    have no options. ``new_team_name``: the new team is also ``pgas.Teams.<name>`` on its
+    members (``_team_names``).
 
     Collective over ``parent`` (same arguments on every member). Returns the new team's
     handle on its members and ``None`` on the other PEs of ``parent``.
@@ -86,17 +88,23 @@ def team_split_strided(parent, start: int, stride: int, size: int, config=None, 
         raise PgasValueError(f"{fn}: start + (size-1)*stride = {last} is outside the parent team "
                              f"of {par.size} PEs (start={start}, stride={stride}, size={size})")
     members = tuple(par.pes[start + i * stride] for i in range(size))
+    if rt.my_pe in members:
+        check_new_name(rt, new_team_name, fn)
     slot, = _free_slots(rt, par, 1, fn)
     team = _install(rt, slot, members, par)
     wait_all(par.comm, fn, par.pes)
-    return None if team is None else team.handle
+    if team is None:
+        return None
+    name_team(new_team_name, team.handle)
+    return team.handle
 
 
 def team_split_2d(parent, xrange: int, xaxis_config=None, xaxis_mask: int = 0, yaxis_config=None,
-                  yaxis_mask: int = 0):
+                  yaxis_mask: int = 0, new_team_name: str | None = None):
     """Split ``parent`` into a 2-D grid with rows of ``xrange`` PEs: returns ``(xteam, yteam)``.
 
-    The axis configurations and masks (nvshmem4py's) are accepted and ignored.
+    The axis configurations and masks (nvshmem4py's) are accepted and ignored, and so is
+    ``new_team_name`` (one name for two teams: neither is registered in ``pgas.Teams``).
 
     ``xteam`` holds this PE's row (consecutive parent ranks; the last row may be
     shorter), ``yteam`` its column (parent ranks equal modulo ``xrange``). Collective over
@@ -214,10 +222,15 @@ def team_init(pes=None, config_mask: int = 0, npes: int | None = None, pe_idx_in
     pes : sequence of int, or TeamConfig
         The world PEs of the team, distinct and in range; this PE among them. Or
         nvshmem4py's ``config`` (a ``pgas.TeamConfig``, or anything with ``uniqueid``).
-    config_mask, npes, pe_idx_in_team, new_team_name
+    config_mask, npes, pe_idx_in_team
         nvshmem4py's form: ``npes`` and ``pe_idx_in_team`` are required; ``config_mask``
-        must be a non-negative integer; ``new_team_name`` is ignored (pgas teams are integer
-        handles).
+        must be a non-negative integer. ``config.uniqueid`` is an id from
+        ``get_team_unique_id()``, or, for a team of every PE (``npes == n_pes()``), any
+        integer that every PE passes (nvshmem4py's tests do so); the members are then
+        ordered by ``pe_idx_in_team``.
+    new_team_name : str, optional
+        The new team is also ``pgas.Teams.<name>`` on its members, and
+        ``team_destroy(name)`` destroys it.
 
     Returns
     -------
@@ -226,23 +239,29 @@ def team_init(pes=None, config_mask: int = 0, npes: int | None = None, pe_idx_in
     """
     fn = "pgas.team_init"
     rt = runtime(fn)
+    check_new_name(rt, new_team_name, fn)
     if config is not None or (pes is not None and hasattr(pes, "uniqueid")):
-        return _team_init_by_id(rt, config if config is not None else pes, config_mask, npes, pe_idx_in_team, fn)
-    if pes is None:
-        raise PgasValueError(f"{fn}: give pes (the world PEs of the team), or nvshmem4py's config with npes and "
-                             "pe_idx_in_team")
-    members = _check_pe_list(fn, pes, rt.n_pes)
-    if rt.my_pe not in members:
-        raise PgasValueError(f"{fn}: this PE ({rt.my_pe}) is not in pes {list(members)}: only the PEs of the new "
-                             "team call team_init")
-    return _install_over(rt, members, fn)
+        handle = _team_init_by_id(rt, config if config is not None else pes, config_mask, npes, pe_idx_in_team, fn)
+    else:
+        if pes is None:
+            raise PgasValueError(f"{fn}: give pes (the world PEs of the team), or nvshmem4py's config with npes "
+                                 "and pe_idx_in_team")
+        members = _check_pe_list(fn, pes, rt.n_pes)
+        if rt.my_pe not in members:
+            raise PgasValueError(f"{fn}: this PE ({rt.my_pe}) is not in pes {list(members)}: only the PEs of the "
+                                 "new team call team_init")
+        handle = _install_over(rt, members, fn)
+    name_team(new_team_name, handle)
+    return handle
 
 
 def _team_init_by_id(rt: Runtime, config, config_mask, npes, pe_idx_in_team, fn: str) -> int:
     uid = getattr(config, "uniqueid", None)
-    if not isinstance(uid, UniqueId) or uid.is_empty:
+    agreed = isinstance(uid, numbers.Integral) and not isinstance(uid, (bool, np.bool_))
+    if not agreed and (not isinstance(uid, UniqueId) or uid.is_empty):
         raise PgasValueError(f"{fn}: config.uniqueid must be an id from pgas.get_team_unique_id() (made on the "
-                             f"member with pe_idx_in_team=0, passed to the others), got {uid!r}")
+                             f"member with pe_idx_in_team=0, passed to the others), or an integer that every PE "
+                             f"passes for a team of every PE, got {uid!r}")
     if isinstance(config_mask, (bool, np.bool_)) or not isinstance(config_mask, numbers.Integral) or config_mask < 0:
         raise PgasValueError(f"{fn}: config_mask must be a non-negative integer, got {config_mask!r}")
     if npes is None or pe_idx_in_team is None:
@@ -254,6 +273,8 @@ def _team_init_by_id(rt: Runtime, config, config_mask, npes, pe_idx_in_team, fn:
     index = _check_int(fn, "pe_idx_in_team", pe_idx_in_team, 0)
     if index >= npes:
         raise PgasValueError(f"{fn}: pe_idx_in_team must be within [0, npes) = [0, {npes}), got {index}")
+    if agreed:
+        return _team_of_everyone(rt, int(uid), npes, index, fn)
     made_here = port_opened_here(uid.port)
     if (index == 0) != made_here:
         made = "made" if made_here else "did not make"
@@ -265,6 +286,26 @@ def _team_init_by_id(rt: Runtime, config, config_mask, npes, pe_idx_in_team, fn:
         members = tuple(joined.allgather(rt.my_pe))
     finally:
         joined.Free()
+    return _install_over(rt, members, fn)
+
+
+def _team_of_everyone(rt: Runtime, uid: int, npes: int, index: int, fn: str) -> int:
+    """nvshmem4py's ``team_init`` with an integer id agreed in advance: only for a team of
+    every PE, whose members meet over the world (collective over TEAM_WORLD); ordered by
+    ``index`` (each PE's ``pe_idx_in_team``)."""
+    if npes != rt.n_pes:
+        raise PgasValueError(f"{fn}: an integer config.uniqueid ({uid}) names a team of every PE (npes == "
+                             f"{rt.n_pes}), got npes={npes}; for fewer PEs use pgas.get_team_unique_id() or "
+                             "team_init(pes)")
+    world = rt.teams[TEAM_WORLD]
+    seen = world.comm.allgather((uid, index))
+    if len({u for u, _ in seen}) != 1:
+        raise PgasValueError(f"{fn}: the PEs passed different integer uniqueids: "
+                             f"{ {pe: u for pe, (u, _) in enumerate(seen)} }")
+    if sorted(i for _, i in seen) != list(range(npes)):
+        raise PgasValueError(f"{fn}: the {npes} PEs must give each pe_idx_in_team in [0, {npes}) once, got "
+                             f"{ {pe: i for pe, (_, i) in enumerate(seen)} }")
+    members = tuple(pe for _, pe in sorted((i, pe) for pe, (_, i) in enumerate(seen)))
     return _install_over(rt, members, fn)
 
 
@@ -323,16 +364,20 @@ def team_translate_pe(src_team, pe: int, dest_team) -> int:
 
 
 def team_destroy(team) -> None:
-    """Release ``team`` (collective over its members). The predefined teams cannot be destroyed."""
+    """Release ``team`` (collective over its members): a handle, or the name it was given
+    with ``new_team_name``. The predefined teams cannot be destroyed."""
     fn = "pgas.team_destroy"
     rt = runtime(fn)
     if team is None:
         return
+    if isinstance(team, str):
+        team = team_named(team, fn)
     found = team_of(rt, team, fn)
     if found.handle in (TEAM_WORLD, TEAM_NODE):
         raise PgasValueError(f"{fn}: TEAM_WORLD and TEAM_NODE cannot be destroyed")
     wait_all(found.comm, fn, found.pes)  # no member still uses it
     rt.set_team(found.handle, None)
+    forget_team(found.handle)
     found.comm.Free()
 
 

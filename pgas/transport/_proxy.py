@@ -195,6 +195,9 @@ class Proxy:
                 if busy:
                     pause = 0.0
                     time.sleep(0)
+                elif self._completed == self._next:
+                    pause = 0.0
+                    self._wake.wait()       # idle: until a request (submit) or close wakes it
                 else:
                     pause = min(pause * 2 + 1e-5, _MAX_PAUSE_S)
                     self._wake.wait(pause)

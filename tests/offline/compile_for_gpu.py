@@ -19,7 +19,8 @@ from numba import cuda, types
 
 CC = (9, 0)
 ROOT = Path(__file__).resolve().parents[2]
-ARRAY_PARAMS = {"dest", "src", "ivar", "signal", "arr", "ivars", "status", "indices", "values", "fetch", "lock"}
+ARRAY_PARAMS = {"dest", "src", "ivar", "signal", "arr", "ivars", "status", "indices", "values", "fetch", "lock",
+                "name"}
 FLOAT_OK = {"atomic_fetch", "atomic_set", "atomic_swap", "atomic_compare_swap", "atomic_add", "atomic_fetch_add",
             "p", "g", "put", "get",
             "sum_reduce", "max_reduce", "sum_reducescatter", "broadcast", "fcollect", "alltoall"}
@@ -53,7 +54,7 @@ def call_kernel(name: str, dtype):
 RETURNS = {"my_pe", "n_pes", "team_my_pe", "team_n_pes", "team_translate_pe", "g", "test",
            "signal_fetch", "signal_wait_until", "atomic_fetch", "atomic_swap", "atomic_compare_swap",
            "atomic_fetch_inc", "atomic_fetch_add", "atomic_fetch_and", "atomic_fetch_or", "atomic_fetch_xor",
-           "ptr", "team_ptr", "test_lock",
+           "ptr", "team_ptr", "test_lock", "info_get_name",
            *(f"{kind}_{mode}{form}" for kind in ("wait_until", "test") for mode in ("all", "any", "some")
              for form in ("", "_vector") if (kind, mode) != ("wait_until", "all"))}
 RETURNS_ARRAY = {"peer_array", "vendor_get_version_info", "info_get_version"}   # indexed: out[0] = f(...)[0]

@@ -361,6 +361,63 @@ def check_reduce_takes_the_stream_fifth_as_api_md_and_nvshmem4py():
     pgas.free(a)
 
 
+def check_collective_on_buffer_with_nvshmem4pys_type_names():
+    """nvshmem4py's collective_on_buffer: each collective on byte buffers (pgas.buffer),
+    the element type by NVSHMEM's name; its misuse refused on every PE alike."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    world = pgas.TEAM_WORLD
+
+    def filled(values):
+        buf = pgas.buffer(values.nbytes)
+        buf.copy_to_device(values.view(np.uint8))
+        return buf
+
+    src = filled(np.arange(6, dtype=np.int32) * (me + 1))
+    dst = pgas.buffer(6 * 4)
+    assert pgas.collective_on_buffer("reduce", world, dst, src, "int", "sum") == 0.0
+    assert dst.copy_to_host().view(np.int32).tolist() == (np.arange(6) * n * (n + 1) // 2).tolist()
+    assert pgas.collective_on_buffer("reduce", world, dst, src, "int32", "max", enable_timing=True) > 0.0
+    assert dst.copy_to_host().view(np.int32).tolist() == (np.arange(6) * n).tolist()
+    mine = filled(np.array([me + 0.5, -me], np.float64))
+    gathered = pgas.buffer(2 * 8 * n)
+    pgas.collective_on_buffer("fcollect", world, gathered, mine, "double")
+    assert gathered.copy_to_host().view(np.float64).tolist() == [v for pe in range(n) for v in (pe + 0.5, -pe)]
+    copied = pgas.buffer(2 * 8)
+    pgas.collective_on_buffer("broadcast", world, copied, mine, "ulonglong", root=n - 1)   # the root's bytes
+    assert copied.copy_to_host().view(np.float64).tolist() == [n - 1 + 0.5, -(n - 1)]
+    rows = filled(np.arange(n, dtype=np.uint32) + 100 * me)          # element j goes to PE j
+    got = pgas.buffer(4 * n)
+    pgas.collective_on_buffer("alltoall", world, got, rows, "uint")
+    assert got.copy_to_host().view(np.uint32).tolist() == [me + 100 * pe for pe in range(n)]
+    parts = filled(np.full(2 * n, me + 1, np.float32))
+    part = pgas.buffer(2 * 4)
+    pgas.collective_on_buffer("reducescatter", world, part, parts, "float", "prod")
+    assert part.copy_to_host().view(np.float32).tolist() == [float(np.prod(np.arange(1, n + 1)))] * 2
+    # nvshmem4py's own shapes (its test_collectives_on_raw_buffers): src of 4n elements, dest
+    # n times that; pgas takes the most elements both hold
+    small, big = filled(np.full(4 * n, me + 1, np.int32)), pgas.buffer(4 * n * n * 4)
+    for coll in ("reduce", "reducescatter", "fcollect", "alltoall", "broadcast"):
+        pgas.collective_on_buffer(coll, world, big, small, "int32", "sum" if "reduce" in coll else None)
+        if coll == "reduce":
+            assert (big.copy_to_host().view(np.int32)[:4 * n] == n * (n + 1) // 2).all()
+    odd, typed = pgas.buffer(7), pgas.zeros(6, np.int32)
+    for args, message in (
+            (("gather", world, dst, src, "int", None), r"coll must be one of reduce, reducescatter, fcollect, "
+                                                       r"alltoall, broadcast, got 'gather'"),
+            (("reduce", world, dst, src, "bfloat16", "sum"), r"dtype must be one of NVSHMEM's type names .*, got "
+                                                             r"'bfloat16'"),
+            (("reduce", world, dst, src, "int", None), r"reduce needs op"),
+            (("fcollect", world, gathered, mine, "double", "sum"), r"op is for reduce and reducescatter"),
+            (("reduce", world, odd, odd, "int", "sum"), r"dest has 7 bytes, not a whole number of 4-byte int32"),
+            (("reduce", world, typed, src, "int", "sum"), r"dest must be a byte buffer from pgas.buffer \(1-D uint8\), "
+                                                         r"got 1-D int32")):
+        with pytest.raises(pgas.PgasValueError, match="pgas.collective_on_buffer: " + message):
+            pgas.collective_on_buffer(*args)
+    pgas.barrier_all()
+    for buf in (src, dst, mine, gathered, copied, rows, got, parts, part, small, big, odd, typed):
+        pgas.free(buf)
+
+
 def check_collective_errors():
     n = pgas.n_pes()
     a = pgas.zeros(4, np.float32)

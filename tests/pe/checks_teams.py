@@ -201,6 +201,12 @@ def version_kernel(out):
     out[3], out[4] = spec_major, spec_minor
 
 
+@cuda.jit
+def name_kernel(name, short, written):
+    written[0] = dev.info_get_name(name)        # nvshmem4py's test passes 100 int8
+    written[1] = dev.info_get_name(short)
+
+
 def _reversed_odd_pes():
     return [pe for pe in range(pgas.n_pes()) if pe % 2 == 1][::-1]
 
@@ -311,12 +317,58 @@ def check_team_init_nvshmem4py_form():
         pgas.barrier(team)
         pgas.team_destroy(team)
     if me == 0 and n > 1:
+        with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: an integer config.uniqueid \(12345\) names "
+                                                      rf"a team of every PE \(npes == {n}\), got npes=1"):
+            pgas.team_init(pgas.TeamConfig(uniqueid=12345), 0, 1, 0)
         with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: config.uniqueid must be an id from "
                                                       r"pgas.get_team_unique_id"):
-            pgas.team_init(pgas.TeamConfig(uniqueid=12345), 0, 1, 0)
+            pgas.team_init(pgas.TeamConfig(uniqueid="12345"), 0, 1, 0)
         with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: the member with pe_idx_in_team=0 must be "
                                                       r"the PE that called pgas.get_team_unique_id"):
             pgas.team_init(pgas.TeamConfig(uniqueid=uid), 0, len(members), 0)
+    pgas.barrier_all()
+
+
+def check_named_teams_and_agreed_integer_ids_as_nvshmem4py_tests_use_them():
+    """nvshmem4py's teams_test: team_init with a fixed integer uniqueid and every PE, named
+    (pgas.Teams.NAME, "NAME" in Teams.keys()), destroyed by name; named splits; misuse."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    assert "TEAM_WORLD" in pgas.Teams and "WORLD" in pgas.Teams and pgas.Teams.TEAM_NODE == pgas.TEAM_NODE
+    config = pgas.TeamConfig()
+    config.uniqueid = 12348
+    team = pgas.team_init(config, 0, n, me, new_team_name="TEST_TEAM")
+    assert "TEST_TEAM" in pgas.Teams.keys() and pgas.Teams.TEST_TEAM == team == pgas.Teams["TEST_TEAM"]
+    assert (pgas.team_my_pe(team), pgas.team_n_pes(team)) == (me, n)
+    backwards = pgas.team_init(config, 0, n, n - 1 - me, new_team_name="BACKWARDS")   # ordered by pe_idx_in_team
+    assert [pgas.team_translate_pe(backwards, r, pgas.TEAM_WORLD) for r in range(n)] == list(range(n))[::-1]
+    pgas.barrier(backwards)
+    pgas.team_destroy("BACKWARDS")
+    pgas.team_destroy(pgas.Teams.TEST_TEAM)
+    assert "TEST_TEAM" not in pgas.Teams and "BACKWARDS" not in pgas.Teams.keys()
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_destroy: no team is named 'TEST_TEAM' on this PE"):
+        pgas.team_destroy("TEST_TEAM")          # twice
+    with pytest.raises(AttributeError, match="pgas.Teams has no team named 'TEST_TEAM'"):
+        pgas.Teams.TEST_TEAM
+    evens = pgas.team_split_strided(pgas.TEAM_WORLD, 0, 2, (n + 1) // 2, new_team_name="EVENS")
+    assert ("EVENS" in pgas.Teams) == (me % 2 == 0) == (evens is not None)
+    if evens is not None:
+        assert pgas.Teams.EVENS == evens
+        pgas.team_destroy("EVENS")
+    named = pgas.team_init(list(range(n)), new_team_name="ALL")
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: a team named 'ALL' exists already"):
+        pgas.team_init(list(range(n)), new_team_name="ALL")
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: new_team_name must be a name usable as an "
+                                                  r"attribute .*, got 'two words'"):
+        pgas.team_init(list(range(n)), new_team_name="two words")
+    pgas.team_destroy(named)                    # by handle: the name goes too
+    assert "ALL" not in pgas.Teams
+    if n > 1:
+        with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: the PEs passed different integer "
+                                                      r"uniqueids"):
+            pgas.team_init(pgas.TeamConfig(uniqueid=100 + min(me, 1)), 0, n, me)    # PE 0 and the others differ
+        with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_init: the {n} PEs must give each pe_idx_in_team "
+                                                      rf"in \[0, {n}\) once"):
+            pgas.team_init(config, 0, n, 0)
     pgas.barrier_all()
 
 
@@ -336,8 +388,10 @@ def check_team_init_and_friends_refuse_bad_arguments():
         pgas.team_init(7)
     with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_destroy: team 30 is not a team of PE {me}"):
         pgas.team_destroy(30)
-    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_destroy: team must be a team handle"):
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_destroy: no team is named 'TEAM_X' on this PE"):
         pgas.team_destroy("TEAM_X")
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_destroy: team must be a team handle"):
+        pgas.team_destroy(1.5)
     with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_translate_pe: src_team 30 is not a team of PE {me}"):
         pgas.team_translate_pe(30, 0, pgas.TEAM_WORLD)
     with pytest.raises(pgas.PgasValueError, match=r"pgas.team_translate_pe: dest_team -1 is not a team"):
@@ -361,3 +415,8 @@ def check_version_queries_host_and_in_a_kernel():
     out = np.zeros(5, np.int64)
     version_kernel[1, 1](out)
     assert out.tolist() == [major, minor, patch, 1, 6]
+    name, short, written = np.zeros(100, np.int8), np.full(5, 7, np.uint8), np.zeros(2, np.int64)
+    name_kernel[1, 1](name, short, written)
+    text = pgas.info_get_name().encode()
+    assert bytes(name[:len(text) + 1].view(np.uint8)) == text + b"\0" and written.tolist() == [len(text) + 1, 5]
+    assert bytes(short) == text[:4] + b"\0"        # cut short, still NUL-terminated
