@@ -290,10 +290,11 @@ def check_team_init_every_pe_and_slot_reuse():
     assert len(set(teams)) == 3
     for team in teams:
         assert pgas.team_my_pe(team) == n - 1 - pgas.my_pe()
-        _check_team_barriers(team)
+        pgas.barrier(team)
+    _check_team_barriers(teams[-1])     # every form (check_team_barriers_... has them on the others)
     for team in teams:
         pgas.team_destroy(team)
-    again = pgas.team_init(everyone)
+    again = pgas.team_init(everyone)    # a reused slot: fresh barrier words
     _check_team_barriers(again)
     pgas.team_destroy(again)
 
