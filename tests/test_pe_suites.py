@@ -26,21 +26,24 @@ MODULES = {
 }
 # Emulated nodes: (PEs, PEs per node). 4 PEs as 2 nodes of 2 mix load/store and the NIC
 # in one run; 3 PEs one per node send everything through the NIC. The GPU-initiated path
-# (the default) runs every module on both; the host and device collectives run on the
-# mixed layout only (it holds both paths, and their split teams span nodes there too).
+# (the default) runs every module on both, but the collectives, teams, scans and the debug
+# checks on the mixed layout only (it holds both paths, and their split teams span nodes
+# there too).
 # The CPU proxy and the ucx engine run on the mixed layout the modules that drive a remote
 # engine call by call (everything above them reaches any engine through the same
 # Transports calls), to keep the suite short.
 LAYOUTS = {"ibgda": [(4, 2), (3, 1)], "proxy": [(4, 2)], "ucx": [(4, 2)]}
-MIXED_ONLY = {"checks_collectives", "checks_device_collectives"}
+MIXED_ONLY = {"checks_collectives", "checks_device_collectives", "checks_teams", "checks_scans", "checks_debug"}
 ENGINE_MODULES = {"checks_host_rma", "checks_device_rma", "checks_device_sync", "checks_errors", "checks_atomics",
                  "checks_signals", "checks_locks"}
+NOT_ON_PROXY = {"checks_device_sync"}    # the proxy takes the same Transports calls as from host code
 
 CASES = [(module, n, name) for module, (counts, _) in MODULES.items() for n in counts
          for name in check_names(module)]
 REMOTE_CASES = [(transport, module, n, per_node, name) for transport, layouts in LAYOUTS.items()
                 for module in MODULES for n, per_node in layouts
                 if (module not in MIXED_ONLY or per_node > 1) and (transport == "ibgda" or module in ENGINE_MODULES)
+                and not (transport == "proxy" and module in NOT_ON_PROXY)
                 for name in check_names(module)]
 
 
