@@ -230,17 +230,21 @@ class Transports:
                     self.nic.deregister(temporary)
 
     @staticmethod
-    def _wait_each(fn: str, requests: list) -> None:
+    def _wait_each(fn: str, requests: list, on_answer=None) -> None:
         """Wait for every ``(engine, ticket)`` in ``requests`` (each wait frees its slot, so
-        all are waited for even after a refusal), then raise the first refusal."""
+        all are waited for even after a refusal), handing request i's answer to
+        ``on_answer(i, answer)``, then raise the first refusal."""
         refused = None
-        for engine, ticket in requests:
+        for index, (engine, ticket) in enumerate(requests):
             try:
-                engine.wait(fn, ticket)
+                answer = engine.wait(fn, ticket)
             except PgasTimeoutError:
                 raise
             except PgasError as e:
                 refused = refused or e
+            else:
+                if on_answer is not None:
+                    on_answer(index, answer)
         if refused is not None:
             raise refused
 
@@ -382,16 +386,10 @@ class Transports:
     def _land(self, fn: str, fetches: list) -> None:
         """Write the answers of posted fetching atomics into their ``out`` arrays (every one,
         each wait frees its slot), then raise the first refusal."""
-        refused = None
-        for engine, ticket, out, dtype, _ in fetches:
-            try:
-                out[0] = _cpu_atomics.from_bits(dtype, engine.wait(fn, ticket))
-            except PgasTimeoutError:
-                raise
-            except PgasError as e:
-                refused = refused or e
-        if refused is not None:
-            raise refused
+        def write(index, answer):
+            _, _, out, dtype, _ = fetches[index]
+            out[0] = _cpu_atomics.from_bits(dtype, answer)
+        self._wait_each(fn, [(engine, ticket) for engine, ticket, *_ in fetches], write)
 
     def quiet(self, fn: str, pes=None) -> None:
         """Complete every operation this PE issued through the NIC (to the PEs in set
