@@ -243,7 +243,7 @@ def ctx_destroy(ctx: Context) -> None:
         raise PgasValueError(f"{fn}: ctx was already destroyed")
     ctx.quiet()
     for engine, lane in ctx._lanes.items():      # complete: the next context may take them
-        engine.release_lane(lane)
+        engine.lanes.release(lane)
     ctx._lanes = {}
     if ctx._stream is not None:
         ctx._stream = None

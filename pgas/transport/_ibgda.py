@@ -30,6 +30,7 @@ from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
 from . import _ibgda_code as code
 from ._ibgda_ir import AMO_ADD, GET, OP_NAMES, PUT, PUT_INLINE, atomic_segments
+from ._lanes import Lanes
 
 __all__ = ["Ibgda", "DeviceQueue"]
 
@@ -84,12 +85,8 @@ class Ibgda:
         self._errors_lock = threading.Lock()
         self._wakeups_lock = threading.Lock()
         self._sleeper_ids = itertools.count()
-        # lane 0: the PE's queue pairs; each context that sends through the NIC gets a lane
-        # of its own (new_lane), kept for the next context when it is destroyed
-        self.lanes = [self._new_queues()]
+        self.lanes = Lanes(self._new_queues(), self._new_queues)     # a queue to each peer per lane
         self.queues = self.lanes[0]
-        self._free_lanes: list[int] = []
-        self._lanes_lock = threading.Lock()
 
     def _new_queues(self) -> dict[int, DeviceQueue]:
         queues = {peer: DeviceQueue(self.nic, peer) for peer in self.nic.peers}
@@ -97,21 +94,8 @@ class Ibgda:
             queue.qp.on_completion = functools.partial(self._completed, queue)
         return queues
 
-    def new_lane(self) -> int:
-        """A lane of queue pairs of its own (one to each peer) for a context."""
-        with self._lanes_lock:
-            if self._free_lanes:
-                return self._free_lanes.pop()
-            self.lanes.append(self._new_queues())
-            return len(self.lanes) - 1
-
-    def release_lane(self, lane: int) -> None:
-        """Give back a context's lane (its requests complete) for the next context."""
-        with self._lanes_lock:
-            self._free_lanes.append(lane)
-
     def _all_queues(self) -> list[DeviceQueue]:
-        return [queue for queues in list(self.lanes) for queue in queues.values()]
+        return [queue for queues in self.lanes for queue in queues.values()]
 
     def close(self) -> None:
         for queue in self._all_queues():

@@ -26,6 +26,7 @@ from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
 from ._ibgda_ir import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AMO_XOR, GET, OP_NAMES, PUT, PUT_INLINE,
                         atomic_segments)
+from ._lanes import Lanes
 
 __all__ = ["Proxy", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR",
            "AMO_XOR", "AMO_FETCH", "OP_NAMES", "REQUEST", "atomic_wqe"]
@@ -60,36 +61,22 @@ class Proxy:
         self._producer: dict[int, int] = {}     # by queue pair number: basic blocks posted
         self._consumer: dict[int, int] = {}     # by queue pair number: basic blocks completed
         self._cqes_read: dict[int, int] = {}
-        # lane 0: the PE's queue pairs (by peer); each context that sends through the NIC
-        # gets a lane of its own (new_lane), kept for the next context when it is destroyed
-        self.lanes: list[dict] = []
         self._all_qps: tuple = ()           # replaced whole when a lane is added (the thread reads it)
-        self._free_lanes: list[int] = []
-        self._lanes_lock = threading.Lock()
-        self.new_lane()
+        self.lanes = Lanes(self._new_qps(), self._new_qps)      # a QP to each peer per lane
         self.errors: list[str] = []         # failures of requests nobody waits for, for quiet
         self._running = True
         self._thread = threading.Thread(target=self._serve, name=f"pgas-proxy-pe{nic.my_pe}", daemon=True)
         self._thread.start()
 
-    def new_lane(self) -> int:
-        """A lane of queue pairs of its own (one to each peer) for a context."""
-        with self._lanes_lock:
-            if self._free_lanes:
-                return self._free_lanes.pop()
-            qps = {peer: self.nic.create_qp(peer) for peer in self.nic.peers}
-            for qp in qps.values():
-                self._posted[qp.qpn], self._producer[qp.qpn], self._consumer[qp.qpn] = {}, 0, 0
-                self._cqes_read[qp.qpn] = 0
-                qp.on_completion = self._wake.set
-            self.lanes.append(qps)
-            self._all_qps = self._all_qps + tuple(qps.values())
-            return len(self.lanes) - 1
-
-    def release_lane(self, lane: int) -> None:
-        """Give back a context's lane (its requests complete) for the next context."""
-        with self._lanes_lock:
-            self._free_lanes.append(lane)
+    def _new_qps(self) -> dict:
+        """A queue pair to each peer, known to the proxy thread (made one lane at a time)."""
+        qps = {peer: self.nic.create_qp(peer) for peer in self.nic.peers}
+        for qp in qps.values():
+            self._posted[qp.qpn], self._producer[qp.qpn], self._consumer[qp.qpn] = {}, 0, 0
+            self._cqes_read[qp.qpn] = 0
+            qp.on_completion = self._wake.set
+        self._all_qps = self._all_qps + tuple(qps.values())
+        return qps
 
     def close(self) -> None:
         self._running = False

@@ -250,9 +250,9 @@ class Transports:
 
     def new_lane(self) -> int:
         """A lane of the remote engine in use (``self.engine``): queue pairs of its own, one
-        to each PE on another node, for a context (``copy``); the engine's ``release_lane``
+        to each PE on another node, for a context (``copy``); ``engine.lanes.release``
         gives it back."""
-        return self.engine.new_lane()
+        return self.engine.lanes.new()
 
     def complete(self, fn: str, tickets: list) -> None:
         """Complete the NIC requests a context kept in ``tickets`` (see ``copy``), and empty it."""

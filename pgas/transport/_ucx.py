@@ -15,7 +15,6 @@ every answer. ``fence`` needs no work.
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -29,6 +28,7 @@ from ..core._waiting import before_waiting
 from ..wire import _batch as batch, _target as target, _ucp as ucp
 from ..wire._worker import Worker
 from ._ibgda_ir import OP_NAMES
+from ._lanes import Lanes
 
 __all__ = ["Ucx"]
 
@@ -183,12 +183,9 @@ class Ucx:
         peers = sorted(self.worker.endpoints)
         self._row = {pe: row for row, pe in enumerate(peers)}
         self.batches = batch.new_batches([self.worker.endpoints[pe] for pe in peers], self._request_params.ctypes.data)
-        # lane 0: the PE's endpoints (and batches); each context that sends through the
-        # engine gets endpoints of its own (new_lane: connections of its own), kept for the
-        # next context when it is destroyed. Its requests are all waited for: never batched.
-        self.lanes = [self.batches]
-        self._free_lanes: list[int] = []
-        self._lanes_lock = threading.Lock()
+        # a context's lane: endpoints of its own (connections of their own); its requests
+        # are all waited for, so never batched
+        self.lanes = Lanes(self.batches, self._new_endpoints)
         before_waiting.append(self.flush)
         self.worker.start(self.batches)
         self._wire_up()
@@ -220,20 +217,10 @@ class Ucx:
             struct.cb, struct.user_data = completion.address, user_data.ctypes.data
         return params
 
-    def new_lane(self) -> int:
-        """A lane of endpoints of its own (one to each peer) for a context."""
-        with self._lanes_lock:
-            if self._free_lanes:
-                return self._free_lanes.pop()
-            endpoints = self.worker.connect_again()
-            self.lanes.append(batch.new_batches([endpoints[pe] for pe in sorted(endpoints)],
-                                                self._request_params.ctypes.data))
-            return len(self.lanes) - 1
-
-    def release_lane(self, lane: int) -> None:
-        """Give back a context's lane (its requests answered) for the next context."""
-        with self._lanes_lock:
-            self._free_lanes.append(lane)
+    def _new_endpoints(self) -> np.ndarray:
+        """A lane: endpoints of their own to every peer, in the batches' row layout."""
+        endpoints = self.worker.connect_again()
+        return batch.new_batches([endpoints[pe] for pe in sorted(endpoints)], self._request_params.ctypes.data)
 
     def close(self) -> None:
         self.flush()
