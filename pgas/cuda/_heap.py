@@ -48,6 +48,7 @@ class GpuSymmetricHeap:
     """This PE's heap in GPU memory and the IPC mappings of its node's heaps."""
 
     device_arrays = True    # its arrays are numba device arrays
+    maps_external = False   # one cuMemAlloc block: no other memory can be mapped into it
 
     def __init__(self, boot: Bootstrap, size: int, timeout: float, device: int | None = None):
         from cuda.bindings import driver

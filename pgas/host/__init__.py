@@ -29,8 +29,10 @@ from ._named_collectives import *  # noqa: F401,F403
 from ._named_collectives import __all__ as _named_collectives_all
 from ._teams import *  # noqa: F401,F403
 from ._teams import __all__ as _teams_all
+from ._symmetric_registration import *  # noqa: F401,F403
+from ._symmetric_registration import __all__ as _symmetric_registration_all
 from ._team_names import Teams  # noqa: F401
 
 __all__ = (_init_all + _memory_all + _rma_all + _signal_all + _atomics_all + _sync_all + _teams_all
            + _collectives_all + _info_all + _locks_all + _scans_all + _contexts_all
-           + _point_sync_all + _accessible_all + _named_collectives_all + ["Teams"])
+           + _point_sync_all + _accessible_all + _named_collectives_all + _symmetric_registration_all + ["Teams"])

@@ -21,7 +21,7 @@ from ..runtime._barrier import wait_all
 from ..runtime._state import Runtime, runtime
 
 __all__ = ["empty", "zeros", "full", "calloc", "align", "malloc_with_hints", "buffer", "free", "peer_array",
-           "register_buffer", "unregister_buffer", "register_external_buffer", "unregister_external_buffer",
+           "register_buffer", "unregister_buffer",
            "MALLOC_ATOMICS_REMOTE", "MALLOC_SIGNAL_REMOTE"]
 
 # OpenSHMEM 1.5's hints for shmem_malloc_with_hints (bits; combine them with |)
@@ -296,6 +296,9 @@ def free(a) -> None:
                   "nothing freed", file=sys.stderr, flush=True)
         return
     offset = _symmetric_block(rt, data, "pgas.free")
+    if offset in rt.symmetric_registrations:
+        raise PgasValueError("pgas.free: a is memory made symmetric by pgas.register_symmetric: "
+                             "give it to pgas.unregister_symmetric instead")
     if rt.on_gpu:   # this PE's kernels and copies are done with it
         from numba import cuda
         cuda.synchronize()
@@ -326,8 +329,9 @@ def register_buffer(a):
 
     Make memory pgas did not allocate usable as the local side of host RMA: the ``src`` of
     ``put``/``put_nbi``/``put_signal``/``put_signal_nbi``, the ``dest`` of ``get``/``get_nbi``
-    (NVSHMEM's ``nvshmemx_buffer_register``; nvshmem4py's ``register_external_buffer``).
-    Not collective, and the memory does not become symmetric: no other PE can name it.
+    (NVSHMEM's ``nvshmemx_buffer_register``). Not collective, and the memory does not
+    become symmetric: no other PE can name it (``register_symmetric`` makes memory
+    symmetric, as nvshmem4py's ``register_external_buffer`` does).
 
     On the simulator backend ``a`` (a numpy array) becomes a registered region of the
     emulated NIC until ``unregister_buffer``: ``put_nbi``/``get_nbi`` to PEs on other nodes
@@ -382,9 +386,9 @@ def register_buffer(a):
 def unregister_buffer(a) -> None:
     """unregister_buffer(a)
 
-    Undo ``register_buffer(a)`` (NVSHMEM's ``nvshmemx_buffer_unregister``; nvshmem4py's
-    ``unregister_external_buffer``). On the simulator backend this first completes every
-    RMA this PE issued through the NIC (as ``quiet``), so none still uses the buffer.
+    Undo ``register_buffer(a)`` (NVSHMEM's ``nvshmemx_buffer_unregister``). On the
+    simulator backend this first completes every RMA this PE issued through the NIC (as
+    ``quiet``), so none still uses the buffer.
     Buffers left registered are dropped by ``finalize``.
 
     Parameters
@@ -408,6 +412,3 @@ def unregister_buffer(a) -> None:
         rt.transports.nic.deregister(region)
     del registered[address]
 
-
-register_external_buffer = register_buffer        # nvshmem4py's names
-unregister_external_buffer = unregister_buffer

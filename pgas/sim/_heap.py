@@ -1,8 +1,13 @@
 """The symmetric heap of the simulator backend: one shared-memory file per PE.
 
 Each PE creates its file, every PE of the node maps every file of the node, then the
-files are unlinked: from then on the memory lives only in the mappings, so a PE that is
-killed leaves nothing in /dev/shm. PEs on other nodes get no mapping (``None``).
+files are unlinked: from then on the memory lives only in the mappings (and in the file
+descriptors kept to map pages of them again), so a PE that is killed leaves nothing in
+/dev/shm. PEs on other nodes get no mapping (``None``).
+
+A range of pages of a mapped heap can show another shared file instead (``map_file``), and
+the heap's own pages again (``restore``): how memory pgas did not allocate becomes
+symmetric (``pgas.register_symmetric``).
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from contextlib import ExitStack
 import numpy as np
 
 from ..core._env import shown
+from ._shared_files import map_fixed, shared_file_of
 from ..core._errors import PgasConfigError, PgasError
 from ..core._job import SHM_DIR, shm_prefix
 from ..runtime._arrays import array_span, check_span
@@ -24,12 +30,14 @@ class SymmetricHeap:
     """This PE's heap and mapped views of the heaps of the PEs on its node."""
 
     device_arrays = False   # its arrays are numpy arrays (wrapped for kernels by _memory)
+    maps_external = True    # memory it did not allocate can be mapped into it (map_file)
 
     def __init__(self, boot: Bootstrap, size: int, timeout: float, device: int | None = None):
         # ``device``: the simulator has one (0), which init has checked
         self.size = size
         self.my_pe = boot.my_pe
         self._maps: dict[int, mmap.mmap] = {}
+        self._files: dict[int, int] = {}     # PE -> a descriptor of its (unlinked) heap file
         self.views: list[np.ndarray | None] = [None] * boot.n_pes
         with ExitStack() as rollback:
             self._map_node(boot, rollback)
@@ -91,10 +99,27 @@ class SymmetricHeap:
     def _map(self, pe: int, fd: int) -> None:
         self._maps[pe] = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.views[pe] = np.frombuffer(self._maps[pe], dtype=np.uint8)
+        self._files[pe] = os.dup(fd)
+
+    def map_file(self, pe: int, offset: int, nbytes: int, fd: int, file_offset: int) -> None:
+        """Show ``nbytes`` of file ``fd`` from ``file_offset`` at ``offset`` of PE ``pe``'s
+        heap as mapped here, instead of the heap's own pages (all page-aligned)."""
+        map_fixed(self.views[pe].ctypes.data + offset, nbytes, fd, file_offset)
+
+    def shared_file_of(self, address: int, nbytes: int, fn: str, what: str) -> tuple[str, int]:
+        """(path, file offset) of the shared file mapping that holds [address, address + nbytes)."""
+        return shared_file_of(address, nbytes, fn, what)
+
+    def restore(self, pe: int, offset: int, nbytes: int) -> None:
+        """Undo ``map_file``: the heap's own pages at ``offset`` again."""
+        self.map_file(pe, offset, nbytes, self._files[pe], offset)
 
     def close(self) -> None:
         """Unmap every heap (mappings still exported to live arrays stay until those die)."""
         self.views = [None] * len(self.views)
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
         for segment in self._maps.values():
             try:
                 segment.close()

@@ -1,14 +1,18 @@
 """Host put/get: exact elements for every size and dtype, to and from every neighbour; the
-nbi forms complete at quiet, flush, errors, nvshmem4py's keyword names."""
+nbi forms complete at quiet, flush, errors, nvshmem4py's keyword names; memory pgas did not
+allocate, registered as the local side of RMA or made symmetric."""
 import os
 import signal
 import time
+from multiprocessing import shared_memory
 
 import numpy as np
 import pytest
+from numba import cuda
 
 import pgas
-from _util import DTYPES, SIZES, pattern, ring_neighbours, world
+import pgas.device as dev
+from _util import DTYPES, SIZES, heap_offset, node_pes, on_simulator, pattern, ring_neighbours, world
 
 
 def check_put_every_size_and_dtype():
@@ -367,3 +371,187 @@ def check_pe_quiet_leaves_operations_to_other_pes_in_flight():
     pgas.barrier_all()
     for a in (dest, src):
         pgas.free(a)
+
+
+def _nic_key_of(local: np.ndarray):
+    """(lkey, temporary region) the transports would use for ``local`` as a NIC request's local side."""
+    from pgas.runtime._state import runtime
+    return runtime("test").transports._local_key(local.ravel(order="K"))
+
+
+def _drop(region) -> None:
+    from pgas.runtime._state import runtime
+    runtime("test").transports.nic.deregister(region)
+
+
+def check_registered_buffers_are_the_local_side_of_rma():
+    me, n, right, left = ring_neighbours()
+    dest = pgas.zeros(16, np.int64)
+    signal = pgas.zeros(1, np.uint64)
+    local = pattern(me, 16, np.int64)
+    assert pgas.register_buffer(local) is local
+    out = np.zeros(16, np.int64)
+    pgas.register_buffer(out)
+    grid = np.asfortranarray(pattern(me, 12, np.int64).reshape(3, 4))
+    pgas.register_buffer(grid)
+    if on_simulator():      # a registered NIC region: requests name it by its key, no registration per call
+        for buffer in (local, out, grid):
+            lkey, temporary = _nic_key_of(buffer)
+            assert temporary is None and lkey != 0
+        _, temporary = _nic_key_of(np.zeros(4))
+        assert temporary is not None        # an unregistered array: a registration for the call
+        _drop(temporary)
+    pgas.barrier_all()
+    pgas.put_nbi(dest, local, right)
+    pgas.quiet()
+    pgas.barrier_all()
+    assert np.array_equal(dest.copy_to_host(), pattern(left, 16, np.int64))
+    pgas.get_nbi(out, dest, right)          # right's dest holds my values
+    pgas.quiet()
+    assert np.array_equal(out, local)
+    out[:] = 0
+    pgas.get(out, dest, left)
+    assert np.array_equal(out, pattern((left - 1) % n, 16, np.int64))
+    pgas.barrier_all()
+    pgas.put_signal(dest, local.copy(), signal, 1, pgas.SIGNAL_ADD, right)    # unregistered src: as before
+    pgas.put_signal_nbi(dest, local, signal, 1, pgas.SIGNAL_ADD, right)
+    pgas.signal_wait_until(signal, pgas.CMP_EQ, 2)
+    assert np.array_equal(dest.copy_to_host(), pattern(left, 16, np.int64))
+    fdest = pgas.zeros((3, 4), np.int64, order="F")
+    pgas.barrier_all()
+    pgas.put_nbi(fdest, grid, right)
+    pgas.quiet()
+    pgas.barrier_all()
+    assert np.array_equal(fdest.copy_to_host(), pattern(left, 12, np.int64).reshape(3, 4))
+    # errors
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a is symmetric memory \(in this PE's"):
+        pgas.register_buffer(dest)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a .* is already registered"):
+        pgas.register_buffer(local)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a .* overlaps the registered buffer"):
+        pgas.register_buffer(local[4:8])
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a must be C-contiguous or Fortran"):
+        pgas.register_buffer(np.zeros(8)[::2])
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a must have at least one byte"):
+        pgas.register_buffer(np.zeros(0))
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.unregister_buffer: a was not registered"):
+        pgas.unregister_buffer(np.zeros(4))
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.unregister_buffer: a was not registered"):
+        pgas.unregister_buffer(local[:8])
+    pgas.unregister_buffer(local)
+    pgas.unregister_buffer(out)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.unregister_buffer: a was not registered"):
+        pgas.unregister_buffer(local)
+    if on_simulator():
+        temporary = _nic_key_of(local)[1]
+        assert temporary is not None        # back to a registration per call
+        _drop(temporary)
+    pgas.register_buffer(local)     # registered again: allowed once unregistered
+    pgas.unregister_buffer(local)
+    # ``grid`` stays registered: finalize drops it
+    pgas.barrier_all()
+    for a in (fdest, signal, dest):
+        pgas.free(a)
+
+
+@cuda.jit
+def put_row_kernel(dest, src, row, pe):
+    dev.put(dest[row], src, pe)
+
+
+def _shared_array(shape, dtype, order="C"):
+    """A numpy array on a new shared-memory file (the kind of memory register_symmetric takes)."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    shm = shared_memory.SharedMemory(create=True, size=nbytes)
+    return shm, np.ndarray(shape, dtype, buffer=shm.buf, order=order)
+
+
+def check_external_shared_memory_made_symmetric():
+    me, n, right, left = ring_neighbours()
+    if not on_simulator():
+        with pytest.raises(pgas.PgasError, match="pgas.register_symmetric: not available on the cuda backend"):
+            pgas.register_symmetric(np.zeros(4))
+        return
+    shm_src, src = _shared_array((n, 700), np.int64)          # 700 * 8 bytes: not whole pages
+    shm_dst, dst = _shared_array((n, 700), np.int64)
+    src[:] = me + 1
+    dst[:] = -1
+    sym_src = pgas.register_symmetric(src)
+    sym_dst = pgas.register_external_buffer(dst)               # nvshmem4py's name
+    for shm in (shm_src, shm_dst):
+        shm.unlink()            # only needed while registering: the mappings hold the memory
+    assert sym_src.shape == src.shape and sym_dst.dtype == dst.dtype
+    assert np.array_equal(sym_src.copy_to_host(), src)
+    assert heap_offset(sym_src) % os.sysconf("SC_PAGE_SIZE") == 0
+    assert world().allgather(heap_offset(sym_dst)) == [heap_offset(sym_dst)] * n     # symmetric
+    src[me, 0] = 1000 + me              # the user's array and the symmetric one are the same memory
+    assert sym_src.copy_to_host()[me, 0] == 1000 + me
+    src[me, 0] = me + 1
+    # collectives between registered arrays (nvshmem4py's memory_test::test_external_buffer)
+    pgas.reduce(pgas.TEAM_WORLD, sym_dst, sym_src, "sum")
+    assert np.all(dst == n * (n + 1) // 2), dst
+    pgas.fcollect(pgas.TEAM_WORLD, sym_dst, sym_src[me])
+    assert np.array_equal(dst[:, 0], np.arange(1, n + 1))
+    # host RMA, atomics, kernels and peer views reach every PE's registered memory
+    pgas.barrier_all()
+    pgas.put(sym_dst[me], pattern(me, 700, np.int64), right)
+    put_row_kernel[1, 1](sym_src, np.full(700, 50 + me, np.int64), left, left)
+    pgas.quiet()
+    pgas.barrier_all()
+    assert np.array_equal(dst[left], pattern(left, 700, np.int64))
+    assert np.all(src[me] == 50 + right)
+    pgas.barrier_all()
+    pgas.atomic_add(sym_src[0, :1], 1, 0)
+    pgas.quiet()
+    pgas.barrier_all()
+    if me == 0:
+        assert src[0, 0] == 50 + right + n
+    fetched = np.zeros(700, np.int64)
+    pgas.get(fetched, sym_dst[me], right)
+    assert np.array_equal(fetched, pattern(me, 700, np.int64))
+    for pe in node_pes():
+        view = pgas.peer_array(sym_dst, pe)
+        assert np.array_equal(view.copy_to_host()[(pe - 1) % n], pattern((pe - 1) % n, 700, np.int64))
+    shm, grid = _shared_array((5, 3), np.int32, order="F")
+    sym_grid = pgas.register_symmetric(grid)                  # Fortran order kept
+    assert sym_grid.strides == grid.strides == (4, 20)
+    pgas.barrier_all()
+    pgas.put(sym_grid, np.asfortranarray(pattern(me, 15, np.int32).reshape(5, 3)), right)
+    pgas.barrier_all()
+    assert np.array_equal(grid, pattern(left, 15, np.int32).reshape(5, 3))
+    pgas.unregister_symmetric(sym_grid)
+    shm.unlink()
+    shm.close()
+    # errors, on every PE
+    with pytest.raises(pgas.PgasValueError, match="pgas.free: a is memory made symmetric by pgas.register_symmetric"):
+        pgas.free(sym_src)
+    with pytest.raises(pgas.PgasValueError, match="pgas.unregister_symmetric: s must be an array returned by"):
+        pgas.unregister_symmetric(sym_src[0, :5])
+    with pytest.raises(pgas.PgasValueError, match="pgas.register_symmetric: a must be memory shared through a file"
+                                                  ".*got private memory"):
+        pgas.register_symmetric(np.zeros(1024))
+    with pytest.raises(pgas.PgasValueError, match="pgas.register_symmetric: a is already symmetric memory"):
+        pgas.register_symmetric(sym_src)
+    shm, whole = _shared_array(8192, np.uint8)
+    with pytest.raises(pgas.PgasValueError, match="pgas.register_symmetric: a must start at a page boundary"):
+        pgas.register_symmetric(whole[8:])
+    if n > 1:       # sizes that differ: an error on every PE naming what each called
+        with pytest.raises(pgas.PgasError, match="pgas.register_symmetric: .*4096 bytes.*8192 bytes"
+                                                 "|pgas.register_symmetric: .*8192 bytes.*4096 bytes"):
+            pgas.register_symmetric(whole[:4096] if me == 0 else whole)
+    shm.unlink()
+    shm.close()
+    used = pgas.info()["heap_used"]
+    pgas.unregister_external_buffer(sym_dst)
+    offset = heap_offset(sym_src)
+    pgas.unregister_symmetric(sym_src)
+    assert pgas.info()["heap_used"] < used
+    assert src[me, 1] == 50 + right      # the user's memory keeps its data, and is its own again
+    again = pgas.align(os.sysconf("SC_PAGE_SIZE"), (n, 700), np.int64)   # the heap's own pages are back there
+    assert heap_offset(again) == offset
+    again[me, 1] = -5
+    src[me, 2] = -7
+    assert src[me, 1] == 50 + right and again[me, 2] != -7
+    pgas.free(again)
+    for shm in (shm_src, shm_dst):
+        shm.close()

@@ -1,5 +1,5 @@
 """Symmetric memory: same offsets, alignment, contents, peer views, reuse; Fortran order, calloc,
-align, malloc_with_hints, byte buffers, registered (external) buffers."""
+align, malloc_with_hints, byte buffers (registered external memory: checks_host_rma)."""
 import os
 
 import numpy as np
@@ -242,83 +242,3 @@ def check_byte_buffers_work_with_rma_and_collectives():
 
 
 # Registered buffers ----------------------------------------------------------------------
-
-def _nic_key_of(local: np.ndarray):
-    """(lkey, temporary region) the transports would use for ``local`` as a NIC request's local side."""
-    from pgas.runtime._state import runtime
-    return runtime("test").transports._local_key(local.ravel(order="K"))
-
-
-def _drop(region) -> None:
-    from pgas.runtime._state import runtime
-    runtime("test").transports.nic.deregister(region)
-
-
-def check_registered_buffers_are_the_local_side_of_rma():
-    me, n, right, left = ring_neighbours()
-    dest = pgas.zeros(16, np.int64)
-    signal = pgas.zeros(1, np.uint64)
-    local = pattern(me, 16, np.int64)
-    assert pgas.register_buffer(local) is local
-    out = np.zeros(16, np.int64)
-    pgas.register_external_buffer(out)                  # nvshmem4py's name
-    grid = np.asfortranarray(pattern(me, 12, np.int64).reshape(3, 4))
-    pgas.register_buffer(grid)
-    if on_simulator():      # a registered NIC region: requests name it by its key, no registration per call
-        for buffer in (local, out, grid):
-            lkey, temporary = _nic_key_of(buffer)
-            assert temporary is None and lkey != 0
-        _, temporary = _nic_key_of(np.zeros(4))
-        assert temporary is not None        # an unregistered array: a registration for the call
-        _drop(temporary)
-    pgas.barrier_all()
-    pgas.put_nbi(dest, local, right)
-    pgas.quiet()
-    pgas.barrier_all()
-    assert np.array_equal(dest.copy_to_host(), pattern(left, 16, np.int64))
-    pgas.get_nbi(out, dest, right)          # right's dest holds my values
-    pgas.quiet()
-    assert np.array_equal(out, local)
-    out[:] = 0
-    pgas.get(out, dest, left)
-    assert np.array_equal(out, pattern((left - 1) % n, 16, np.int64))
-    pgas.barrier_all()
-    pgas.put_signal(dest, local.copy(), signal, 1, pgas.SIGNAL_ADD, right)    # unregistered src: as before
-    pgas.put_signal_nbi(dest, local, signal, 1, pgas.SIGNAL_ADD, right)
-    pgas.signal_wait_until(signal, pgas.CMP_EQ, 2)
-    assert np.array_equal(dest.copy_to_host(), pattern(left, 16, np.int64))
-    fdest = pgas.zeros((3, 4), np.int64, order="F")
-    pgas.barrier_all()
-    pgas.put_nbi(fdest, grid, right)
-    pgas.quiet()
-    pgas.barrier_all()
-    assert np.array_equal(fdest.copy_to_host(), pattern(left, 12, np.int64).reshape(3, 4))
-    # errors
-    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a is symmetric memory \(in this PE's"):
-        pgas.register_buffer(dest)
-    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a .* is already registered"):
-        pgas.register_buffer(local)
-    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a .* overlaps the registered buffer"):
-        pgas.register_buffer(local[4:8])
-    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a must be C-contiguous or Fortran"):
-        pgas.register_buffer(np.zeros(8)[::2])
-    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_buffer: a must have at least one byte"):
-        pgas.register_buffer(np.zeros(0))
-    with pytest.raises(pgas.PgasValueError, match=r"pgas.unregister_buffer: a was not registered"):
-        pgas.unregister_buffer(np.zeros(4))
-    with pytest.raises(pgas.PgasValueError, match=r"pgas.unregister_buffer: a was not registered"):
-        pgas.unregister_buffer(local[:8])
-    pgas.unregister_buffer(local)
-    pgas.unregister_external_buffer(out)
-    with pytest.raises(pgas.PgasValueError, match=r"pgas.unregister_buffer: a was not registered"):
-        pgas.unregister_buffer(local)
-    if on_simulator():
-        temporary = _nic_key_of(local)[1]
-        assert temporary is not None        # back to a registration per call
-        _drop(temporary)
-    pgas.register_buffer(local)     # registered again: allowed once unregistered
-    pgas.unregister_buffer(local)
-    # ``grid`` stays registered: finalize drops it
-    pgas.barrier_all()
-    for a in (fdest, signal, dest):
-        pgas.free(a)

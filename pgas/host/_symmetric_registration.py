@@ -1,0 +1,159 @@
+"""Memory pgas did not allocate, made symmetric: ``register_symmetric`` /
+``unregister_symmetric`` (NVSHMEM's ``nvshmemx_buffer_register_symmetric``; nvshmem4py's
+``register_external_buffer``).
+
+Every PE gives memory of the same size; pgas reserves a range of the same pages in every
+heap and maps each PE's memory there, in its own heap and in its node's views of it. The
+array returned is a view of that range: the same memory as the PE's own array, reached by
+every put, get, atomic, signal, collective and kernel as any symmetric array (PEs on other
+nodes through the NIC, which applies requests at the owner's heap addresses).
+"""
+from __future__ import annotations
+
+import os
+
+from ..core._errors import PgasError, PgasValueError
+from ..runtime._arrays import array_span, as_ndarray
+from ..runtime._barrier import wait_all
+from ..runtime._state import Runtime, runtime
+from ._memory import _device_array, _overlapping
+
+__all__ = ["register_symmetric", "unregister_symmetric", "register_external_buffer", "unregister_external_buffer"]
+
+
+def _round_up(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+def _source(rt: Runtime, data, fn: str) -> tuple[str, int]:
+    """(path, file offset) of the shared file behind ``data``, after the checks of its shape
+    and place; PgasValueError naming what is wrong."""
+    if not (data.flags.c_contiguous or data.flags.f_contiguous):
+        raise PgasValueError(f"{fn}: a must be C-contiguous or Fortran-contiguous, got a strided array")
+    address, _, _, itemsize = array_span(data, fn, "a")
+    nbytes = data.size * itemsize
+    if nbytes == 0:
+        raise PgasValueError(f"{fn}: a must have at least one byte, got an empty array")
+    for base in rt.heap.bases:
+        if base is not None and _overlapping(address, nbytes, base, rt.heap.size):
+            raise PgasValueError(f"{fn}: a is already symmetric memory (in a heap): register only memory "
+                                 "pgas did not allocate")
+    source = rt.heap.shared_file_of(address, nbytes, fn, "a")
+    page = os.sysconf("SC_PAGE_SIZE")
+    if address % page:
+        raise PgasValueError(f"{fn}: a must start at a page boundary (a multiple of {page} bytes), got "
+                             f"address {address:#x}: register the whole shared memory block, then slice the "
+                             "symmetric array returned")
+    return source
+
+
+def register_symmetric(a):
+    """register_symmetric(a)
+
+    Make memory pgas did not allocate symmetric (collective: every PE calls it, each with its
+    own memory of the same size). Returns a symmetric array of ``a``'s shape and dtype that is
+    the same memory as ``a`` (a store through either is seen through the other): use it as
+    the destination or source of any put, get, atomic, signal or collective, in kernels, and
+    with ``peer_array``. NVSHMEM's ``nvshmemx_buffer_register_symmetric``; nvshmem4py's
+    ``register_external_buffer``. Undo with ``unregister_symmetric`` (``free`` refuses it);
+    ``finalize`` drops what is left.
+
+    The memory must be one that another process can map, as NVSHMEM needs a VMM allocation
+    with an exportable handle: on the simulator backend a shared mapping of a file, e.g.
+    ``multiprocessing.shared_memory.SharedMemory`` (``np.ndarray(shape, dtype,
+    buffer=shm.buf)``) or an mmap of a file in /dev/shm, starting at a page boundary; the
+    file must exist until the call returns (the node's PEs open it by name). It takes a
+    range of that many bytes (rounded up to whole pages) of the symmetric heap, whose own
+    pages there go unused. Not available on the cuda backend (PgasError): its heap is one
+    ``cuMemAlloc`` block, into which no other memory can be mapped.
+
+    Parameters
+    ----------
+    a : numpy.ndarray
+        C- or Fortran-contiguous, non-empty, the same number of bytes on every PE.
+    """
+    fn = "pgas.register_symmetric"
+    rt = runtime(fn)
+    if not rt.heap.maps_external:
+        raise PgasError(f"{fn}: not available on the cuda backend: its symmetric heap is one "
+                        "cuMemAlloc block, into which no other memory can be mapped; allocate with pgas.empty "
+                        "(or use pgas.register_buffer for the local side of RMA)")
+    data = as_ndarray(a, fn, "a")
+    nbytes = data.size * data.itemsize
+    try:
+        path, file_offset = _source(rt, data, fn)
+        refusal = None
+    except PgasValueError as exc:
+        refusal = exc
+    # every PE's size (and whether it refused) in the arrival: differing calls fail on every PE
+    try:
+        wait_all(rt.boot.comm, fn, record=f"{nbytes} bytes" + (", refused here (see this PE's error)" if refusal
+                                                               else ""))
+    except PgasError:
+        if refusal is None:
+            raise
+    if refusal is not None:
+        raise refusal
+    mapped = _round_up(nbytes, os.sysconf("SC_PAGE_SIZE"))
+    offset = rt.allocator.allocate(mapped, os.sysconf("SC_PAGE_SIZE"))
+    sources = rt.boot.node_comm.allgather((path, file_offset))
+    done, failure = [], None
+    try:
+        for pe, (peer_path, peer_offset) in zip(rt.boot.local_pes, sources):
+            fd = os.open(peer_path, os.O_RDWR)
+            try:
+                rt.heap.map_file(pe, offset, mapped, fd, peer_offset)
+            finally:
+                os.close(fd)
+            done.append(pe)
+    except (OSError, PgasError) as exc:
+        failure = f"PE {rt.my_pe} cannot map {peer_path} (PE {pe}'s memory): {exc}"
+    try:
+        wait_all(rt.boot.comm, fn, record="mapped" if failure is None else failure)
+        if failure is not None:
+            raise PgasError(f"{fn}: {failure}")
+    except PgasError:
+        for pe in done:
+            rt.heap.restore(pe, offset, mapped)
+        rt.allocator.release(offset)
+        raise
+    rt.symmetric_registrations[offset] = (mapped, nbytes, a)
+    order = "C" if data.flags.c_contiguous else "F"
+    return _device_array(rt.heap.array_at(offset, data.shape, data.dtype, order))
+
+
+def unregister_symmetric(s) -> None:
+    """unregister_symmetric(s)
+
+    Undo ``register_symmetric`` (collective): ``s`` is the symmetric array it returned. Every
+    operation this PE issued is completed first (as ``quiet``) and every PE waits for the
+    others, so none still reaches the memory; the user's own array is untouched and stays
+    usable as ordinary memory.
+    """
+    fn = "pgas.unregister_symmetric"
+    rt = runtime(fn)
+    data = as_ndarray(s, fn, "s")
+    offset = registered_offset(rt, data, fn)
+    if offset is None:
+        raise PgasValueError(f"{fn}: s must be an array returned by pgas.register_symmetric (not a slice of one, "
+                             "nor one already unregistered)")
+    rt.transports.quiet(fn)
+    wait_all(rt.boot.comm, fn, record=f"heap offset {offset}")   # nobody still reads or writes it
+    mapped, _, _ = rt.symmetric_registrations.pop(offset)
+    for pe in rt.boot.local_pes:
+        rt.heap.restore(pe, offset, mapped)
+    rt.allocator.release(offset)
+
+
+def registered_offset(rt: Runtime, data, fn: str) -> int | None:
+    """Heap offset of ``data`` when it is a whole array from ``register_symmetric``, else None."""
+    if not rt.symmetric_registrations:
+        return None
+    address, _, _, itemsize = array_span(data, fn, "s")
+    offset = address - rt.heap.bases[rt.my_pe]
+    entry = rt.symmetric_registrations.get(offset)
+    return offset if entry is not None and entry[1] == data.size * itemsize else None
+
+
+register_external_buffer = register_symmetric        # nvshmem4py's names (collective and symmetric there too)
+unregister_external_buffer = unregister_symmetric
