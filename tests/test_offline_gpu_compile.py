@@ -188,6 +188,15 @@ def test_lock_misuse_is_recorded_with_its_error_kinds(report):
     assert {KIND["LOCK_HELD"], KIND["LOCK_NOT_HELD"]} <= kinds, sorted(kinds)
 
 
+def test_multicast_is_refused_with_its_error_kind(report):
+    """get_multicast_array records NO_MULTICAST on a GPU (pgas sets up no multicast objects)."""
+    from pgas.core._device_errors import KIND
+    body = entry(report["ptx"]["multicast"])
+    assert as_ptx_bytes("pgas.device.get_multicast_array") in report["ptx"]["multicast"]
+    kinds = {int(k) for k in re.findall(r"st\.param\.b64\s+\[param2\+0\],\s*(\d+);", body)}
+    assert kinds == {KIND["NO_MULTICAST"]}, sorted(kinds)
+
+
 def test_float_atomic_add_is_atom_add_f32_f64_sequentially_consistent(report):
     for dtype in ("float32", "float64"):
         for name in ("atomic_add", "atomic_fetch_add"):

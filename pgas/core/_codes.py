@@ -39,7 +39,7 @@ PRIMITIVES = (
     "transfer", "remote_store", "remote_load", "remote_rmw", "remote_compare_swap", "remote_atomic_load",
     "load_acquire", "fence", "quiet", "atomic_rmw", "atomic_compare_swap",
     "group_rank_and_size", "group_sync", "compare", "wait_for_value", "wait_for_arrivals", "wait_start", "wait_pause",
-    "peer_address", "peer_view", "cast_like", "check_dtype_set",
+    "peer_address", "peer_view", "multicast_view", "cast_like", "check_dtype_set",
     "check_not_empty", "check_copy", "check_cmp", "check_signal", "check_sig_op", "check_size",
     "check_root", "check_dtypes_match", "check_reduction", "reduce_op_code", "check_team", "check_lock", "refuse",
 )

@@ -34,6 +34,9 @@ KINDS = {
     15: ("NEGATIVE_STRIDE", PgasValueError, "{fn}: {what} stride must be a non-negative integer, got {a}"),
     21: ("LOCK_NOT_HELD", PgasValueError, "{fn}: this PE does not hold lock"),
     22: ("LOCK_HELD", PgasValueError, "{fn}: this PE already holds lock (a PE must not hold a lock twice)"),
+    23: ("NO_MULTICAST", PgasError, "{fn}: no multicast memory on the cuda backend: pgas does not set up NVLink "
+                                    "SHARP multicast objects (docs/status.md); the simulator backend has them for "
+                                    "teams within one node"),
 }
 # a lock's dtype, refused by the host calls, the simulator, and the cuda compiler alike
 LOCK_DTYPE = "lock must be a symmetric int64 array (pgas.zeros(1, np.int64)), got {dtype}"

@@ -21,6 +21,7 @@ import ctypes
 
 import numpy as np
 
+from ..core._device_errors import device_error
 from ..core._errors import PgasError
 from ..runtime._arrays import array_span, check_span
 from ..runtime._bootstrap import Bootstrap
@@ -141,6 +142,10 @@ class GpuSymmetricHeap:
 
         checked(driver.cuMemsetD8Async(self.base + offset, 0, nbytes, self.stream), "cuMemsetD8Async")
         synchronize(self.stream)
+
+    def multicast(self, pes, arr, fn: str):
+        """Refused: pgas sets up no multicast objects (NVLink SHARP) on GPUs."""
+        raise device_error("NO_MULTICAST", fn)
 
     def reachable(self, pe: int) -> bool:
         return self.bases[pe] is not None

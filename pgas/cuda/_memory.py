@@ -16,7 +16,7 @@ from ..core._cpu_atomics import ORDERED_DTYPES
 from ..core._device_errors import KIND, REDUCTIONS_IN_PLACE, UNREACHABLE_WHY
 from ..core._reductions import identity
 from . import _nic_device as nic, _ptx as ptx
-from ._checks import literal, same_dtype_or_refuse
+from ._checks import literal, refuse, same_dtype_or_refuse
 from ._ir import FOLD_COPY, combine, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
 from ._jit import jit, jit_array
 from ._state_reads import (STATE_ADDRESS, STATE_WORDS, _HEAP_BASE, _MY_PE, _N_PES, _PEER_BASES,
@@ -27,6 +27,7 @@ __all__ = ["name", "my_pe", "n_pes", "team_rank", "team_size", "team_pe", "team_
            "scan_to_peers", "transfer", "remote_store", "remote_load", "remote_rmw", "remote_compare_swap",
            "remote_atomic_load",
            "load_acquire", "fence", "quiet", "atomic_rmw", "atomic_compare_swap", "peer_address", "peer_view",
+           "multicast_view",
            "cast_like", "STATE_ADDRESS", "STATE_WORDS"]
 
 # error kinds a device check records (texts in pgas/core/_device_errors.py)
@@ -200,6 +201,16 @@ def peer_view(arr, pe, fn):
     """PE ``pe``'s copy of ``arr`` (same type, shape and strides); every extent 0 where
     ``peer_address`` is 0."""
     return ptx.view_at(_locate(ptx.address_of(arr), pe, fn, "", _MAPPED)[0], arr)
+
+
+_NO_MULTICAST = KIND["NO_MULTICAST"]
+
+
+@jit_array
+def multicast_view(arr, team, fn):
+    """Refused (NO_MULTICAST, and the kernel traps): pgas sets up no multicast objects."""
+    refuse(fn, _NO_MULTICAST)
+    return arr
 
 
 @intrinsic

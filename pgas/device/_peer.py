@@ -26,7 +26,7 @@ import numpy as np
 
 from ._primitives import prim as _p
 
-__all__ = ["peer_array", "ptr", "team_ptr"]
+__all__ = ["peer_array", "ptr", "team_ptr", "get_multicast_array"]
 
 
 def peer_array(arr, pe):
@@ -66,3 +66,22 @@ def team_ptr(team, arr, pe):
     if pe < 0 or pe >= _p.team_size(team, fn):
         return np.uint64(0)
     return _p.peer_address(arr, _p.team_pe(team, pe, fn), fn)
+
+
+def get_multicast_array(team, arr):
+    """get_multicast_array(team, arr) -> array: symmetric ``arr`` of every member of ``team``
+    as one array whose stores reach them all (NVSHMEM's ``nvshmemx_mc_ptr``; nvshmem4py's
+    device ``get_multicast_array``): ``mc[i] = v`` writes ``v`` into element ``i`` of each
+    member's copy, as a ``multimem.st`` through an NVLink SHARP switch does.
+
+    Stores only: a plain load from multicast memory is undefined on the hardware and refused
+    on the simulator (read the PE's own ``arr``). Plain, unordered stores, as through
+    ``peer_array``: ``quiet``/``fence`` or a barrier before the members read them. Every
+    member of ``team`` must be on this node (UNREACHABLE otherwise). On the cuda backend
+    there is none: pgas sets up no multicast objects (NO_MULTICAST is recorded and the kernel
+    stops).
+    """
+    return _p.multicast_view(arr, team, _p.name("pgas.device.get_multicast_array"))
+
+
+get_multicast_array.returns_array = True

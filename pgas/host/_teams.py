@@ -24,7 +24,7 @@ from ._memory import _device_array
 from ._sync import team_barrier
 from ._team_names import check_new_name, forget_team, name_team, team_named
 
-__all__ = ["team_split_strided", "team_split_2d", "team_init", "get_team_unique_id", "TeamUniqueId", "TeamConfig",
+__all__ = ["get_multicast_array", "get_multicast_buffer", "team_split_strided", "team_split_2d", "team_init", "get_team_unique_id", "TeamUniqueId", "TeamConfig",
            "team_my_pe", "team_n_pes", "team_translate_pe", "team_destroy", "team_ptr", "barrier", "sync"]
 
 
@@ -333,6 +333,36 @@ def team_ptr(team, a, pe: int):
         raise PgasError(f"{fn}: team rank {rank} (PE {world_pe}) is on another node: its memory has no load/store "
                         f"path from this PE (transport {rt.transports.kinds[world_pe]!r}); use pgas.put/pgas.get")
     return _device_array(rt.heap.view_on(world_pe, data, fn, "a"))
+
+
+def get_multicast_array(team, a):
+    """Symmetric array ``a`` of every member of ``team`` as one array whose stores reach them
+    all (nvshmem4py's ``get_multicast_array``/``get_multicast_buffer``; NVSHMEM's
+    ``nvshmemx_mc_ptr``): give it to kernels, where ``mc[i] = v`` writes ``v`` into element
+    ``i`` of each member's copy, as a ``multimem.st`` through an NVLink SHARP switch does (the
+    simulator allows the same stores from the host). Stores only: loads are refused (on the
+    hardware they are undefined). Not collective.
+
+    Every member of ``team`` must be on this node (PgasError: a multicast object spans one
+    NVLink domain). The cuda backend has none: pgas sets up no multicast objects there
+    (PgasError), as NVSHMEM has none on GPUs without NVLink SHARP.
+
+    Parameters
+    ----------
+    team : int
+        A team this PE belongs to.
+    a : symmetric array
+        From ``pgas.empty/zeros/full`` (or a slice of one).
+    """
+    fn = "pgas.get_multicast_array"
+    rt = runtime(fn)
+    found = team_of(rt, team, fn)
+    data = as_ndarray(a, fn, "a")
+    rt.heap.offset_of(data, fn, "a")
+    return rt.heap.multicast(found.pes, data, fn)
+
+
+get_multicast_buffer = get_multicast_array     # nvshmem4py's name for byte buffers (pgas.buffer)
 
 
 def team_my_pe(team) -> int:

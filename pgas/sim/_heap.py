@@ -18,6 +18,7 @@ from contextlib import ExitStack
 import numpy as np
 
 from ..core._env import shown
+from ._multicast import MULTICAST_WHY, MulticastArray
 from ._shared_files import map_fixed, shared_file_of
 from ..core._errors import PgasConfigError, PgasError
 from ..core._job import SHM_DIR, shm_prefix
@@ -145,6 +146,13 @@ class SymmetricHeap:
         """An array of this PE's heap starting at ``offset``, its elements in memory order
         ``order`` ("C" or "F")."""
         return np.ndarray(shape, dtype, buffer=self.views[self.my_pe], offset=offset, order=order)
+
+    def multicast(self, pes, arr: np.ndarray, fn: str) -> MulticastArray:
+        """``arr`` of every PE of ``pes`` as one array whose stores reach them all."""
+        far = [pe for pe in pes if self.views[pe] is None]
+        if far:
+            raise PgasError(f"{fn}: team member PE {far[0]} is on another node: {MULTICAST_WHY}")
+        return MulticastArray([self.view_on(pe, arr, fn, "a") for pe in pes], fn)
 
     def zero(self, offset: int, nbytes: int) -> None:
         self.views[self.my_pe][offset:offset + nbytes] = 0

@@ -26,6 +26,7 @@ from ..core._waiting import Wait, check_cmp, compare, wait_for_value as _wait_fo
 from ..runtime import _state as _runtime
 from ..runtime._arrays import as_ndarray
 from ..runtime._team_table import team_of
+from ._multicast import MULTICAST_WHY, MulticastArray
 
 __all__ = list(PRIMITIVES)
 
@@ -125,6 +126,19 @@ def peer_view(arr, pe, fn: str) -> np.ndarray:
     heap; where ``pe`` is on another node an array of the same dtype and ndim, every extent 0."""
     data, view = _peer_copy(arr, pe, fn)
     return np.empty((0,) * data.ndim, data.dtype) if view is None else view
+
+
+def multicast_view(arr, team, fn: str) -> MulticastArray:
+    """``arr`` of every member of ``team`` as one array whose stores reach them all; a member
+    on another node is refused (UNREACHABLE)."""
+    copies = []
+    for rank in range(team_size(team, fn)):
+        pe = team_pe(team, rank, fn)
+        view = _peer_copy(arr, pe, fn)[1]
+        if view is None:
+            raise device_error("UNREACHABLE", fn, "", MULTICAST_WHY, a=pe)
+        copies.append(view)
+    return MulticastArray(copies, fn)
 
 
 def plain(arr, fn: str, what: str) -> np.ndarray:

@@ -57,7 +57,7 @@ RETURNS = {"my_pe", "n_pes", "team_my_pe", "team_n_pes", "team_translate_pe", "g
            "ptr", "team_ptr", "test_lock", "info_get_name",
            *(f"{kind}_{mode}{form}" for kind in ("wait_until", "test") for mode in ("all", "any", "some")
              for form in ("", "_vector") if (kind, mode) != ("wait_until", "all"))}
-RETURNS_ARRAY = {"peer_array", "vendor_get_version_info", "info_get_version"}   # indexed: out[0] = f(...)[0]
+RETURNS_ARRAY = {"peer_array", "vendor_get_version_info", "info_get_version", "get_multicast_array"}   # indexed: out[0] = f(...)[0]
 
 
 def example_kernels():
@@ -175,6 +175,10 @@ def lock_then_clear(lock):
     dev.clear_lock(lock)
 
 
+def multicast_store(team, arr):
+    dev.get_multicast_array(team, arr)[0] = 1
+
+
 def wait_any_of(ivars, status, out):
     out[0] = dev.wait_until_any(ivars, status, dev.CMP_EQ, 1)
 
@@ -197,6 +201,7 @@ def ptx_kernels():
     yield "wait_until_any", wait_any_of, (i64, types.int32[::1], i64)
     yield "remote_ops", remote_ops, (i64, i64, f32, types.int32, i64)
     yield "locks", lock_then_clear, (i64,)
+    yield "multicast", multicast_store, (types.int64, i64)
     from pgas.cuda._nic_host import atomic_kernel_source
     yield ("nic_atomic", *atomic_kernel_source())        # the NIC's atomics on GPU memory
 

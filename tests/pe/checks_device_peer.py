@@ -89,3 +89,67 @@ def check_a_pe_out_of_range_is_an_error():
     with pytest.raises(pgas.PgasError, match="pgas.device.ptr: arr is not symmetric memory"):
         ptr_of[1, 1](np.zeros(4, np.int32), 0, np.zeros(1, np.uint64))
     pgas.free(a)
+
+
+@cuda.jit
+def multicast_store_kernel(team, arr, value):
+    mc = dev.get_multicast_array(team, arr)
+    if dev.team_my_pe(team) == 0:         # one member writes, every member's copy changes
+        for i in range(arr.shape[0]):
+            mc[i] = value
+
+
+@cuda.jit
+def multicast_load_kernel(team, arr, out):
+    out[0] = dev.get_multicast_array(team, arr)[0]
+
+
+@cuda.jit
+def multicast_slice_kernel(mc, value):
+    mc[1:3] = value                         # the host's multicast array, given to a kernel
+
+
+def check_multicast_stores_reach_every_member_of_a_node_team():
+    me, node = pgas.my_pe(), node_pes()
+    arr = pgas.full(4, -1.0, np.float32)
+    if pgas.backend() != "simulator":
+        with pytest.raises(pgas.PgasError, match="pgas.get_multicast_array: no multicast memory on the cuda backend"):
+            pgas.get_multicast_array(pgas.TEAM_NODE, arr)
+        pgas.free(arr)
+        return
+    pgas.barrier_all()
+    multicast_store_kernel[1, 1](pgas.TEAM_NODE, arr, 10.0 + node[0])
+    pgas.barrier_all()
+    assert np.all(arr.copy_to_host() == 10 + node[0]), arr.copy_to_host()
+    mc = pgas.get_multicast_buffer(pgas.TEAM_NODE, arr)         # nvshmem4py's other name
+    assert mc.shape == (4,) and mc.dtype == np.float32
+    pgas.barrier_all()
+    if me == node[-1]:
+        multicast_slice_kernel[1, 1](mc, 3.5)
+        mc[3] = 7.0                         # on the simulator the host may store too
+    pgas.barrier_all()
+    assert np.array_equal(arr.copy_to_host(), [10 + node[0], 3.5, 3.5, 7.0])
+    if len(node) < pgas.n_pes():            # a team across nodes has no multicast object
+        far = min(set(range(pgas.n_pes())) - set(node))
+        with pytest.raises(pgas.PgasError, match=f"pgas.get_multicast_array: team member PE {far} is on another "
+                                                 "node: multicast memory reaches only the PEs of one node"):
+            pgas.get_multicast_array(pgas.TEAM_WORLD, arr)
+    pgas.barrier_all()
+    pgas.free(arr)
+
+
+@simulator_only("a failed device check traps on a GPU, ending the CUDA context (tests/test_device_errors.py)")
+def check_multicast_loads_and_members_on_other_nodes_are_refused():
+    arr = pgas.zeros(4, np.int64)
+    with pytest.raises(pgas.PgasError, match="pgas.device.get_multicast_array: a load from a multicast array"):
+        multicast_load_kernel[1, 1](pgas.TEAM_NODE, arr, np.zeros(1, np.int64))
+    with pytest.raises(pgas.PgasError, match="pgas.get_multicast_array: a load from a multicast array"):
+        pgas.get_multicast_array(pgas.TEAM_NODE, arr)[0]
+    node = node_pes()
+    if len(node) < pgas.n_pes():
+        far = min(set(range(pgas.n_pes())) - set(node))
+        with pytest.raises(pgas.PgasError, match=f"pgas.device.get_multicast_array: PE {far} is on another node and "
+                                                 "multicast memory reaches only the PEs of one node"):
+            multicast_store_kernel[1, 1](pgas.TEAM_WORLD, arr, 1)
+    pgas.barrier_all()
+    pgas.free(arr)
