@@ -16,3 +16,4 @@ except _PgasConfigError:
     pass  # a bad PGAS_BACKEND: pgas.init and pgas.device raise it; pgasrun and pgas-info report it
 
 from .host import *  # noqa: E402,F401,F403
+from ml_dtypes import bfloat16  # noqa: E402,F401  (a numpy dtype, as np.float32; reductions take it)

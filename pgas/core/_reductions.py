@@ -1,26 +1,36 @@
 """Reduction operators and the dtypes they take (host and device collectives).
 
 Every op takes the integer types and bool; ``and``/``or``/``xor`` take no float type.
+bfloat16 (``pgas.bfloat16``, ml_dtypes' numpy dtype, as NVSHMEM's ``__nv_bfloat16``) is a
+float type: each step computed in float32 and rounded to bfloat16, as ml_dtypes' ufuncs do.
 Results keep the element type, as numpy's ufuncs do with ``out=``: integers wrap
 (``int8`` 100 + 100 is -56), and on ``bool`` ``sum`` is logical or and ``prod`` logical
 and (``np.add``/``np.multiply`` on bool), ``min`` is and, ``max`` is or.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ._errors import PgasValueError
 
-__all__ = ["OPS", "BITWISE_OPS", "REDUCTION_DTYPES", "ops_for",
+__all__ = ["OPS", "BITWISE_OPS", "REDUCTION_DTYPES", "BFLOAT16", "is_float", "ops_for",
            "reduction_ufunc", "reduce_into", "identity"]
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 OPS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
        "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
 BITWISE_OPS = ("and", "or", "xor")
 _INTEGER_DTYPES = tuple(np.dtype(d) for d in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
                                              np.int64, np.uint64))
-_FLOAT_DTYPES = tuple(np.dtype(d) for d in (np.float16, np.float32, np.float64))
+_FLOAT_DTYPES = (*(np.dtype(d) for d in (np.float16, np.float32, np.float64)), BFLOAT16)
 REDUCTION_DTYPES = (*_INTEGER_DTYPES, *_FLOAT_DTYPES, np.dtype(np.bool_))
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """True for the floating-point dtypes, bfloat16 among them (numpy's kind "V" for it)."""
+    return dtype.kind == "f" or dtype == BFLOAT16
 
 
 def ops_for(dtype) -> tuple:
@@ -28,7 +38,7 @@ def ops_for(dtype) -> tuple:
     dtype = np.dtype(dtype)
     if dtype not in REDUCTION_DTYPES:
         return ()
-    return tuple(op for op in OPS if dtype.kind != "f" or op not in BITWISE_OPS)
+    return tuple(op for op in OPS if not is_float(dtype) or op not in BITWISE_OPS)
 
 
 def reduction_ufunc(fn: str, op, dtype: np.dtype):
@@ -69,7 +79,7 @@ def identity(op: str, dtype) -> np.generic:
         return dtype.type(1)
     if op == "and":
         return np.array(-1).astype(dtype)[()]    # every bit set, signed or not
-    if dtype.kind == "f":
+    if is_float(dtype):
         return dtype.type(np.inf if op == "min" else -np.inf)
     info = np.iinfo(dtype)
     return dtype.type(info.max if op == "min" else info.min)

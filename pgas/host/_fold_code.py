@@ -6,7 +6,7 @@ round. Here one call of compiled code (llvmlite, as ``_cpu_atomics``) does it in
 0.1 µs. The element rule is the one the GPU uses (``pgas/cuda/_ir.py``: ``combine``), which is
 numpy's with ``out=`` in the element type, and the order is ``reduce_into``'s
 (((b0 op b1) op b2) ...), so every member gets numpy's bits. Compiled per (dtype, op) on
-first use, a few milliseconds each; float16 is left to numpy.
+first use, a few milliseconds each; float16 and bfloat16 are left to numpy.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import threading
 import numpy as np
 from cffi import FFI
 
-from ..core._reductions import OPS, REDUCTION_DTYPES
+from ..core._reductions import BFLOAT16, OPS, REDUCTION_DTYPES
 
 __all__ = ["compiled_fold"]
 
@@ -99,10 +99,10 @@ def _compile(dtype: np.dtype, op: str):
 
 def compiled_fold(dtype: np.dtype, op: str):
     """``fold(out_address, sources_address, n, count)`` for ``op`` on ``dtype`` (see the
-    module), or None where numpy does it (float16, dtypes and ops reductions refuse)."""
+    module), or None where numpy does it (float16, bfloat16, dtypes and ops reductions refuse)."""
     key = (dtype, op)
     if key not in _folds:
-        usable = dtype in REDUCTION_DTYPES and dtype != np.float16 and op in OPS
+        usable = dtype in REDUCTION_DTYPES and dtype not in (np.float16, BFLOAT16) and op in OPS
         with _compiling:   # simulated threads may race here
             if key not in _folds:
                 _folds[key] = _compiled_or_none(dtype, op) if usable else None

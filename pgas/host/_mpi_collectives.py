@@ -64,13 +64,21 @@ def reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: 
     gathered = np.empty((call.n, s.size), s.dtype)
 
     def run():
-        _wait(call, [comm.Iallgather(s, gathered)], gathered.nbytes)
+        _wait(call, [comm.Iallgather(_typeless(s), _typeless(gathered))], gathered.nbytes)
         reduce_into(d, list(gathered), ufunc)
     return run
 
 
 def _as_bytes(a: np.ndarray) -> np.ndarray:
-    return a.reshape(-1).view(np.uint8)
+    """The bytes of contiguous ``a`` in memory order (a view)."""
+    return a.reshape(-1, order="A").view(np.uint8)
+
+
+def _typeless(a: np.ndarray) -> list:
+    """``a`` as MPI bytes: what is only moved needs no MPI datatype, and some dtypes have
+    none (bfloat16)."""
+    from mpi4py import MPI
+    return [_as_bytes(a), MPI.BYTE]
 
 
 def _scattered_fold_runner(call, d: np.ndarray, s: np.ndarray, ufunc):
@@ -102,12 +110,12 @@ def broadcast_runner(call, d: np.ndarray, s: np.ndarray, root: int, same: bool):
     def run():
         if call.me == root and not same:
             np.copyto(d, s)
-        _wait(call, [call.team.comm.Ibcast(d, root=root)], d.nbytes)
+        _wait(call, [call.team.comm.Ibcast(_typeless(d), root=root)], d.nbytes)
     return run
 
 
 def fcollect_runner(call, d: np.ndarray, s: np.ndarray):
     """Every member's ``s`` into ``d``, in team-rank order."""
     def run():
-        _wait(call, [call.team.comm.Iallgather(s, d)], d.nbytes)
+        _wait(call, [call.team.comm.Iallgather(_typeless(s), _typeless(d))], d.nbytes)
     return run

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..core._checks import check_contiguous, check_dtypes_match, check_fits
 from ..core._errors import PgasValueError
-from ..core._reductions import OPS
+from ..core._reductions import BFLOAT16, OPS
 from ..runtime._arrays import as_ndarray
 from ..runtime._state import runtime
 from ..runtime._team_table import team_of
@@ -22,8 +22,8 @@ from ._sync import team_barrier
 __all__ = ["collect", "collective_on_buffer"]     # + the generated names
 
 # NVSHMEM's element type names (the <TYPENAME> of its collectives) -> numpy's
-ELEMENT_TYPES = {
-    "half": np.float16, "float": np.float32, "double": np.float64,
+ELEMENT_TYPES: dict = {
+    "half": np.float16, "float": np.float32, "double": np.float64, "bfloat16": BFLOAT16,
     "char": np.int8, "schar": np.int8, "short": np.int16, "int": np.int32, "long": np.int64, "longlong": np.int64,
     "uchar": np.uint8, "ushort": np.uint16, "uint": np.uint32, "ulong": np.uint64, "ulonglong": np.uint64,
     "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,

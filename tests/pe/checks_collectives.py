@@ -294,14 +294,15 @@ def check_a_repeated_eager_all_reduce_folds_with_compiled_code_and_numpys_result
     me, n = pgas.my_pe(), pgas.n_pes()
     world = pgas.TEAM_WORLD
     for dtype, op, count in ((np.float32, "sum", 5), (np.float64, "min", 3), (np.int8, "prod", 7),
-                             (np.uint16, "xor", 2), (np.bool_, "max", 4)):
+                             (np.uint16, "xor", 2), (np.bool_, "max", 4), (pgas.bfloat16, "sum", 6),
+                             (pgas.bfloat16, "max", 3)):
         src, dest = pgas.empty(count, dtype), pgas.empty(count, dtype)
 
         def values(pe, step):
             rng = np.random.default_rng(1000 * step + pe)
             if dtype == np.bool_:
                 return rng.integers(0, 2, count).astype(bool)
-            if np.dtype(dtype).kind == "f":
+            if np.dtype(dtype).kind == "f" or dtype == pgas.bfloat16:
                 data = rng.normal(0, 10, count).astype(dtype)
                 if step % 5 == 0:
                     data[step % count] = np.nan
@@ -408,8 +409,8 @@ def check_collective_on_buffer_with_nvshmem4pys_type_names():
     for args, message in (
             (("gather", world, dst, src, "int", None), r"coll must be one of reduce, reducescatter, fcollect, "
                                                        r"alltoall, broadcast, got 'gather'"),
-            (("reduce", world, dst, src, "bfloat16", "sum"), r"dtype must be one of NVSHMEM's type names .*, got "
-                                                             r"'bfloat16'"),
+            (("reduce", world, dst, src, "float128", "sum"), r"dtype must be one of NVSHMEM's type names .*, got "
+                                                             r"'float128'"),
             (("reduce", world, dst, src, "int", None), r"reduce needs op"),
             (("fcollect", world, gathered, mine, "double", "sum"), r"op is for reduce and reducescatter"),
             (("reduce", world, odd, odd, "int", "sum"), r"dest has 7 bytes, not a whole number of 4-byte int32"),
@@ -440,7 +441,7 @@ def check_collective_errors():
         pgas.reduce(world, a, a, "xor")
     c = pgas.zeros(4, np.complex64)
     with pytest.raises(pgas.PgasError, match=r"pgas.reduce: reductions take the dtypes int8, uint8, int16, uint16, "
-                                             r"int32, uint32, int64, uint64, float16, float32, float64, bool; "
+                                             r"int32, uint32, int64, uint64, float16, float32, float64, bfloat16, bool; "
                                              r"got complex64"):
         pgas.reduce(world, c, c)
     pgas.free(c)
@@ -464,3 +465,43 @@ def check_collective_errors():
         pgas.reduce(20, a, a)
     for x in (i, b, a):
         pgas.free(x)
+
+
+def check_bfloat16_reductions_every_op_algorithm_and_team():
+    """bfloat16 (nvshmem4py's torch.bfloat16 cases): each step in float32 rounded to bfloat16,
+    as ml_dtypes' ufuncs (and a GPU's __nv_bfloat16) do; values whose sums and products stay
+    exact, so every algorithm's order gives the same bits. reducescatter and the named and
+    raw-buffer forms too."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    bf16 = np.dtype(pgas.bfloat16)
+    made = teams()
+    for name, team in made:
+        for op in ("sum", "prod", "min", "max"):
+            for count in (1, 1001):
+                src = pgas.empty(count, bf16)
+                dest = pgas.full(count, -1, bf16)
+                if team is not None:
+                    def values(pe):
+                        return ((np.arange(count) + pe) % 3 + 1 if op == "prod" else
+                                (np.arange(count) * 5 + pe * 7) % 31 - 9).astype(bf16)
+                    src.copy_to_device(values(me))
+                    want = expected(op, [values(pe) for pe in members(team)])
+                    for algorithm in ALGORITHMS:
+                        if not reduce_or_refuse(team, dest, src, op, algorithm):
+                            continue
+                        assert np.array_equal(dest.copy_to_host(), want), (name, op, count, algorithm)
+                pgas.free(dest)
+                pgas.free(src)
+    destroy(made)
+    src, dest = pgas.full(2 * n, 0.5 + me, bf16), pgas.zeros(2, bf16)
+    pgas.sum_reducescatter(pgas.TEAM_WORLD, dest, src)          # OpenSHMEM's name
+    assert np.array_equal(dest.copy_to_host(), np.full(2, sum(0.5 + pe for pe in range(n)), bf16))
+    raw_src, raw_dest = pgas.buffer(8), pgas.buffer(8)
+    raw_src.copy_to_device(np.full(4, 1.5 * (me + 1), bf16).view(np.uint8))
+    pgas.collective_on_buffer("reduce", pgas.TEAM_WORLD, raw_dest, raw_src, "bfloat16", "max")
+    assert np.array_equal(raw_dest.copy_to_host().view(bf16), np.full(4, 1.5 * n, bf16))
+    with pytest.raises(pgas.PgasValueError, match="pgas.reduce: op 'xor' needs an integer or bool dtype, "
+                                                  "got bfloat16"):
+        pgas.reduce(pgas.TEAM_WORLD, dest, src[:2], "xor")
+    for a in (raw_dest, raw_src, dest, src):
+        pgas.free(a)

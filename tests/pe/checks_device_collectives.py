@@ -236,6 +236,25 @@ def check_device_reductions_named_by_a_string_as_nvshmem4py():
         pgas.free(a)
 
 
+@simulator_only("bfloat16 arrays are on the simulator backend only (numba-cuda's device arrays take numpy's dtypes)")
+def check_device_bfloat16_reductions_in_every_scope():
+    me, n, count = pgas.my_pe(), pgas.n_pes(), 5
+    bf16 = np.dtype(pgas.bfloat16)
+    src = pgas.empty(count * n, bf16)
+    maxed, minned, summed = (pgas.zeros(count * n, bf16) for _ in range(3))
+
+    def values(pe):
+        return ((np.arange(count * n) * 3 + pe * 5) % 17 - 4 + 0.5).astype(bf16)
+    src.copy_to_device(values(me))
+    reductions_named_by_strings[1, WARPS_BLOCK](pgas.TEAM_WORLD, maxed, summed[:count], minned, src)
+    everyone = [values(pe) for pe in range(n)]
+    assert np.array_equal(maxed.copy_to_host(), expected("max", everyone))
+    assert np.array_equal(minned.copy_to_host(), expected("min", everyone))
+    assert np.array_equal(summed.copy_to_host()[:count], expected("sum", everyone)[me * count:(me + 1) * count])
+    for a in (summed, minned, maxed, src):
+        pgas.free(a)
+
+
 def check_device_reduce_in_place():
     me, n = pgas.my_pe(), pgas.n_pes()
     data = pgas.empty(5000, np.float64)
