@@ -146,6 +146,14 @@ def test_float16_reductions_compile_and_a_float16_test_is_refused(report):
             "float16") in report["float16_test"]
 
 
+def test_bfloat16_reductions_compile_with_float32_arithmetic_rounded_once(report):
+    body = entry(report["ptx"]["bfloat16_reductions"])
+    assert "cvt.f32.bf16" in body and "add.f32" in body and "mul.f32" in body and "cvt.rn.bf16.f32" in body
+    assert re.search(r"setp\.[a-z]+\.f32", body)      # max compares in float32 and keeps an operand
+    assert report["cubin_bytes"].get("host.bfloat16_sum_reduce", 0) > 0, report["failed"].get(
+        "host.bfloat16_sum_reduce")
+
+
 def test_reductions_named_by_a_constant_string_compile_and_are_checked(report):
     """nvshmem4py's ``reduce(team, dest, src, "max")``: the string picks the op when the
     kernel compiles; an op the dtype does not take, or an unknown one, is refused then."""

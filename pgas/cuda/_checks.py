@@ -13,7 +13,7 @@ from numba.cuda.extending import intrinsic
 from ..core._codes import DTYPE_SETS, REDUCE_OPS, reduce_code
 from ..core._device_errors import LOCK_DTYPE
 from ..core._errors import PgasError
-from ..core._reductions import reduction_ufunc
+from ..core._reductions import BFLOAT16, reduction_ufunc
 from ._ir import check_codegens
 from ._state_reads import record_failure
 
@@ -63,6 +63,11 @@ def check_root(typingctx, fn, root, team_size):
 
 def _noop(context, builder, sig, args):
     return context.get_dummy_value()
+
+
+def numpy_dtype(dtype) -> np.dtype:
+    """The numpy dtype of numba type ``dtype`` (numba-cuda's bfloat16 is ml_dtypes')."""
+    return BFLOAT16 if str(dtype) == "__nv_bfloat16" else np.dtype(str(dtype))
 
 
 @intrinsic
@@ -142,7 +147,7 @@ def check_reduction(typingctx, fn, op, arr):
     if not isinstance(op, types.IntegerLiteral):
         return None
     try:
-        reduction_ufunc("pgas.device", REDUCE_OPS[op.literal_value], np.dtype(str(arr.dtype)))
+        reduction_ufunc("pgas.device", REDUCE_OPS[op.literal_value], numpy_dtype(arr.dtype))
     except PgasError as exc:
         raise TypingError(str(exc)) from None
     return types.void(fn, op, arr), _noop

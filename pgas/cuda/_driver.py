@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-import numpy as np
 
 from ..core._errors import PgasError, PgasValueError
+from ..core._gpu_arrays import device_array_at
 
 __all__ = ["checked", "select_device", "check_peer_access", "pci_bus_id", "create_stream", "stream_handle",
            "numba_stream", "synchronize", "stream_scratch", "device_array_at"]
@@ -145,13 +145,3 @@ def stream_scratch(nbytes: int, handle: int, fn: str):
         driver.cuMemFreeAsync(address, handle)   # unchecked: the error on its way says what failed
         raise
     checked(driver.cuMemFreeAsync(address, handle), f"{fn}: cuMemFreeAsync")
-
-
-def device_array_at(address: int, shape, dtype, strides=None, owner=None):
-    """A numba device array over GPU memory at ``address`` (no copy; freeing it stays the
-    caller's business, ``owner`` is kept alive with it)."""
-    from numba import cuda
-
-    desc = {"shape": tuple(shape), "strides": strides, "typestr": np.dtype(dtype).str,
-            "data": (address, False), "version": 3}
-    return cuda.from_cuda_array_interface(desc, owner=owner, sync=False)

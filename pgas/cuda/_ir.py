@@ -5,9 +5,9 @@ every wait, and the value checks of the device functions.
 A helper written in Python costs numba a whole compilation pipeline per signature (its
 loops, slices and integer promotions typed and lowered), about 0.1 s for the copy below;
 built here it costs almost nothing. The IR is plain LLVM, so the tests run it on the CPU as
-well (``tests/test_cuda_ir.py``), against numpy. The one exception is float16 as numba-cuda
-holds it, its 16 bits (``_combine_float16_bits``: PTX's ``cvt``); numba's CPU target holds
-float16 as ``half`` and never reaches it.
+well (``tests/test_cuda_ir.py``), against numpy. The exceptions are float16 and bfloat16 as
+numba-cuda holds them, their 16 bits (``_combine_16_bits``: PTX's ``cvt``); numba's CPU
+target holds float16 as ``half`` and never reaches it.
 """
 from __future__ import annotations
 
@@ -98,8 +98,10 @@ def combine(builder, op: int, dtype, a, b):
     """a ``op`` b in the element type, as numpy's ufunc with ``out=`` of that type computes it:
     integers wrap; on bool sum is or, prod and, min and, max or; a float min or max is NaN
     where either operand is NaN (``np.minimum``/``np.maximum``)."""
+    if str(dtype) == "__nv_bfloat16":
+        return _combine_16_bits(builder, op, a, b, "bf16")
     if isinstance(dtype, types.Float) and isinstance(a.type, ir.IntType):
-        return _combine_float16_bits(builder, op, a, b)
+        return _combine_16_bits(builder, op, a, b, "f16")
     if isinstance(dtype, types.Float):
         if op in (_SUM, _PROD):
             return builder.fadd(a, b) if op == _SUM else builder.fmul(a, b)
@@ -114,13 +116,14 @@ def combine(builder, op: int, dtype, a, b):
     return {_SUM: builder.add, _PROD: builder.mul, _AND: builder.and_, _OR: builder.or_, _XOR: builder.xor}[op](a, b)
 
 
-def _combine_float16_bits(builder, op: int, a, b):
-    """float16 as numba-cuda holds it, its 16 bits: combined in float32 (PTX's ``cvt``), the
-    sum or product rounded once to float16, which is exact rounding (float32 has more than
-    twice float16's precision) and what numpy computes; min/max keep an operand's bits."""
+def _combine_16_bits(builder, op: int, a, b, kind: str):
+    """float16 and bfloat16 as numba-cuda holds them, their 16 bits (``kind``: PTX's "f16"
+    or "bf16"): combined in float32 (PTX's ``cvt``), the sum or product rounded once to the
+    16-bit type, which is exact rounding (float32 has more than twice the precision of
+    either) and what numpy (ml_dtypes for bfloat16) computes; min/max keep an operand's bits."""
     def widen(bits):
         fnty = ir.FunctionType(ir.FloatType(), [ir.IntType(16)])
-        return builder.call(ir.InlineAsm(fnty, "cvt.f32.f16 $0, $1;", "=f,h"), [bits])
+        return builder.call(ir.InlineAsm(fnty, f"cvt.f32.{kind} $0, $1;", "=f,h"), [bits])
     wide_a, wide_b = widen(a), widen(b)
     if op in (_MIN, _MAX):
         keep_a = builder.or_(builder.fcmp_ordered("<" if op == _MIN else ">", wide_a, wide_b),
@@ -128,7 +131,7 @@ def _combine_float16_bits(builder, op: int, a, b):
         return builder.select(keep_a, a, b)
     wide = builder.fadd(wide_a, wide_b) if op == _SUM else builder.fmul(wide_a, wide_b)
     fnty = ir.FunctionType(ir.IntType(16), [ir.FloatType()])
-    return builder.call(ir.InlineAsm(fnty, "cvt.rn.f16.f32 $0, $1;", "=h,f"), [wide])
+    return builder.call(ir.InlineAsm(fnty, f"cvt.rn.{kind}.f32 $0, $1;", "=h,f"), [wide])
 
 
 def fold_codegen(context, builder, sig, args):

@@ -14,9 +14,9 @@ from ..core._codes import REDUCE_OPS
 from ..core._constants import MAX_TEAMS
 from ..core._cpu_atomics import ORDERED_DTYPES
 from ..core._device_errors import KIND, REDUCTIONS_IN_PLACE, UNREACHABLE_WHY
-from ..core._reductions import identity
+from ..core._reductions import identity, is_float
 from . import _nic_device as nic, _ptx as ptx
-from ._checks import literal, refuse, same_dtype_or_refuse
+from ._checks import literal, numpy_dtype, refuse, same_dtype_or_refuse
 from ._ir import FOLD_COPY, combine, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
 from ._jit import jit, jit_array
 from ._state_reads import (STATE_ADDRESS, STATE_WORDS, _HEAP_BASE, _MY_PE, _N_PES, _PEER_BASES,
@@ -274,11 +274,11 @@ def _identity(typingctx, op, like):
     dtype = like.dtype
 
     def codegen(context, builder, sig, args):
-        value = identity(REDUCE_OPS[sig.args[0].literal_value], np.dtype(str(dtype)))
+        value = identity(REDUCE_OPS[sig.args[0].literal_value], numpy_dtype(dtype))
         data_type = context.get_data_type(dtype)
         if not isinstance(data_type, ir.IntType):
             data = ir.Constant(data_type, float(value))
-        elif isinstance(dtype, types.Float):        # float16 held as its bits
+        elif is_float(numpy_dtype(dtype)):          # float16 and bfloat16 held as their bits
             data = ir.Constant(data_type, int(value.view(np.uint16)))
         else:
             data = ir.Constant(data_type, int(value))

@@ -14,7 +14,6 @@ import numpy as np
 from ..core._checks import check_contiguous, check_pe, contiguous_orders
 from ..core._device_errors import device_error
 from ..core._errors import PgasError, PgasValueError
-from ..core._reductions import BFLOAT16
 from ..nic._regions import ACCESS_LOCAL
 from ..runtime._allocator import ALIGNMENT
 from ..runtime._arrays import array_span, as_ndarray
@@ -103,9 +102,6 @@ def _allocate(fn: str, shape, dtype, fill=None, order: str = "C", alignment: int
     rt = runtime(fn)
     dims = _shape_tuple(shape, fn)
     dtype = _symmetric_dtype(dtype, fn)
-    if rt.on_gpu and dtype == BFLOAT16:
-        raise PgasValueError(f"{fn}: bfloat16 arrays are on the simulator backend only: numba-cuda's device arrays "
-                             "take numpy's own dtypes (docs/status.md)")
     if fill is not None and fill is not _ZERO_BYTES:
         fill = _fill_value(fill, dims, dtype, fn)
     nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize

@@ -16,10 +16,12 @@ def as_ndarray(arr, fn: str, what: str):
     """The array behind ``arr``: a numpy array (on the simulator also behind its device
     arrays), or on the cuda backend a numba device array (wrapping, zero-copy, any object
     with ``__cuda_array_interface__`` such as a CuPy array or a PyTorch tensor)."""
-    if backend_name() == "cuda" and hasattr(arr, "__cuda_array_interface__"):
+    if backend_name() == "cuda" and _gpu_array(arr):
         from numba import cuda
         from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase
-        return arr if isinstance(arr, DeviceNDArrayBase) else cuda.as_cuda_array(arr)
+        if isinstance(arr, DeviceNDArrayBase):
+            return arr
+        return _from_dlpack(arr) if _bfloat16_tensor(arr) else cuda.as_cuda_array(arr)
     while not isinstance(arr, np.ndarray):
         inner = arr.__dict__.get("_item", arr.__dict__.get("_ary")) if hasattr(arr, "__dict__") else None
         if inner is None:
@@ -28,6 +30,35 @@ def as_ndarray(arr, fn: str, what: str):
             raise PgasValueError(f"{fn}: {what} must be an array, got {type(arr).__name__}")
         arr = inner
     return arr
+
+
+def _gpu_array(arr) -> bool:
+    try:
+        return hasattr(arr, "__cuda_array_interface__")
+    except TypeError:       # PyTorch's bfloat16 tensors: no typestr for it (DLPack has one)
+        return hasattr(arr, "__dlpack__")
+
+
+def _bfloat16_tensor(arr) -> bool:
+    try:
+        arr.__cuda_array_interface__
+        return False
+    except TypeError:
+        return True
+
+
+def _from_dlpack(arr):
+    """A numba device array over a GPU tensor that only DLPack describes (bfloat16)."""
+    from cuda.core.utils import StridedMemoryView
+
+    from ..core._reductions import BFLOAT16
+    view = StridedMemoryView.from_dlpack(arr, stream_ptr=-1)
+    dtype = np.dtype(view.dtype)
+    if dtype != BFLOAT16:
+        raise PgasValueError(f"got a GPU tensor of dtype {dtype} without __cuda_array_interface__")
+    strides = None if view.strides is None else tuple(k * dtype.itemsize for k in view.strides)
+    from ..core._gpu_arrays import device_array_at
+    return device_array_at(view.ptr, view.shape, dtype, strides, owner=arr)
 
 
 def _byte_bounds(address: int, shape: tuple, strides: tuple, itemsize: int) -> tuple[int, int]:

@@ -140,6 +140,13 @@ def half_reductions(team, dest, src):
     dev.min_reduce(team, dest, src)
 
 
+def bfloat16_reductions(team, dest, src):
+    """bfloat16, which numba-cuda holds as its 16 bits: combined in float32, rounded once."""
+    dev.sum_reduce(team, dest, src)
+    dev.max_reduce_block(team, dest, src)
+    dev.prod_reducescatter(team, dest, src)
+
+
 def float_xor_reduce(team, dest, src):
     """Refused when it compiles: no bitwise reduction of floats."""
     dev.xor_reduce(team, dest, src)
@@ -197,6 +204,8 @@ def ptx_kernels():
     i8, b = types.int8[::1], types.boolean[::1]
     yield "narrow_reductions", narrow_reductions, (types.int64, i8, i8, b, b)
     yield "half_reductions", half_reductions, (types.int64, types.float16[::1], types.float16[::1])
+    from numba.cuda.types import bfloat16
+    yield "bfloat16_reductions", bfloat16_reductions, (types.int64, bfloat16[::1], bfloat16[::1])
     yield "named_reductions", named_reductions, (types.int64, types.float32[::1], types.float32[::1])
     yield "wait_until_any", wait_any_of, (i64, types.int32[::1], i64)
     yield "remote_ops", remote_ops, (i64, i64, f32, types.int32, i64)
@@ -229,6 +238,8 @@ def host_operation_kernels():
     for name in ("fcollect", "alltoall", "sum_reduce", "prod_reducescatter"):
         yield f"host.{name}", ops._collective_kernel(name).py_func, (i64, f64, f64)
     yield "host.xor_reduce", ops._collective_kernel("xor_reduce").py_func, (i64, u64, u64)
+    from numba.cuda.types import bfloat16
+    yield "host.bfloat16_sum_reduce", ops._collective_kernel("sum_reduce").py_func, (i64, bfloat16[::1], bfloat16[::1])
 
 
 def link_cubin(ptx: str) -> int:

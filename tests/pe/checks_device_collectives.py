@@ -236,7 +236,6 @@ def check_device_reductions_named_by_a_string_as_nvshmem4py():
         pgas.free(a)
 
 
-@simulator_only("bfloat16 arrays are on the simulator backend only (numba-cuda's device arrays take numpy's dtypes)")
 def check_device_bfloat16_reductions_in_every_scope():
     me, n, count = pgas.my_pe(), pgas.n_pes(), 5
     bf16 = np.dtype(pgas.bfloat16)

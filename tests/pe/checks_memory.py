@@ -32,14 +32,9 @@ def check_zeros_full_empty_shapes_and_values():
         pgas.free(a)
 
 
-def check_bfloat16_arrays_on_the_simulator_only():
-    bf16 = np.dtype(pgas.bfloat16)
-    if not on_simulator():
-        with pytest.raises(pgas.PgasValueError, match="pgas.full: bfloat16 arrays are on the simulator backend only"):
-            pgas.full(4, 1.5, bf16)
-        return
+def check_bfloat16_arrays():
     a = pgas.full(4, 1.5, pgas.bfloat16)
-    assert a.dtype == bf16 and a.nbytes == 8 and np.all(a.copy_to_host() == 1.5)
+    assert a.dtype == np.dtype(pgas.bfloat16) and a.nbytes == 8 and np.all(a.copy_to_host() == 1.5)
     pgas.free(a)
 
 
