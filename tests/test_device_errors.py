@@ -75,6 +75,7 @@ CASES = {
     "TEAM": (dict(what="team", a=7, b=1), team_of, (FakeRuntime(), 7, "pgas.device.barrier")),
     "LOCK_NOT_HELD": ({}, _sim.refuse, ("pgas.device.clear_lock", KIND["LOCK_NOT_HELD"])),
     "LOCK_HELD": ({}, _sim.refuse, ("pgas.device.set_lock", KIND["LOCK_HELD"])),
+    "NO_MULTICAST": ({}, _sim.refuse, ("pgas.device.get_multicast_array", KIND["NO_MULTICAST"])),
 }
 
 

@@ -82,12 +82,13 @@ def test_compiled_fold_gives_numpys_bits_for_every_dtype_and_op():
     ``reduce_into`` (numpy's ufuncs): integers wrap, bool ops are logical, NaN propagates."""
     import numpy as np
 
-    from pgas.core._reductions import OPS, REDUCTION_DTYPES, ops_for, reduce_into
+    from pgas.core._reductions import BFLOAT16, OPS, REDUCTION_DTYPES, ops_for, reduce_into
     from pgas.host._fold_code import compiled_fold
 
     rng = np.random.default_rng(5)
-    assert compiled_fold(np.dtype(np.float16), "sum") is None     # left to numpy
-    for dtype in (d for d in REDUCTION_DTYPES if d != np.float16):
+    for left_to_numpy in (np.dtype(np.float16), BFLOAT16):
+        assert compiled_fold(left_to_numpy, "sum") is None
+    for dtype in (d for d in REDUCTION_DTYPES if d not in (np.float16, BFLOAT16)):
         for op in ops_for(dtype):
             for n, count in ((1, 3), (2, 1), (4, 37), (5, 64)):
                 if dtype == np.bool_:

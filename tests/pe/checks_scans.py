@@ -141,7 +141,7 @@ def check_host_scan_errors():
     c = pgas.zeros(4, np.complex64)
     with pytest.raises(pgas.PgasError, match=r"pgas.sum_exscan: reductions take the dtypes int8, uint8, int16, "
                                              r"uint16, int32, uint32, int64, uint64, float16, float32, float64, "
-                                             r"bool; got complex64"):
+                                             r"bfloat16, bool; got complex64"):
         pgas.sum_exscan(world, c, c)
     pgas.free(c)
     with pytest.raises(pgas.PgasError, match=r"pgas.max_inscan: src is not symmetric memory"):
