@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from numba import njit
 
 from ..core import _job
 from ..core._errors import PgasError, PgasTimeoutError
@@ -25,7 +26,8 @@ from ..core._waiting import precise_sleeps
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..core._waiting import before_waiting
-from ..wire import _batch as batch, _target as target, _ucp as ucp
+from ..wire import _batch as batch, _native, _target as target, _ucp as ucp
+from ..wire import _cache as wire_cache, _worker as worker_loops
 from ..wire._worker import Worker
 from ._ibgda_ir import OP_NAMES
 from ._lanes import Lanes
@@ -45,102 +47,99 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >> 63 else value
 
 
-def _native_code(lib):
-    """(post, free_slots, flush, first_unanswered), compiled on first use."""
-    from numba import njit
+_AT = target.RING_HEADER
 
-    send, free, memcpy = lib.ucp_am_send_nbx, lib.ucp_request_free, lib.memcpy
-    stage, flush_row, flush_all, _, _ = batch.batch_code()
-    at = target.RING_HEADER
 
-    @njit(cache=False)
-    def free_slots(ring, capacity, failures):
-        """Advance the ring's first unfreed slot past answered requests nobody waits for;
-        one that failed is copied to ``failures`` (rows: op, PE, remote address, bytes,
-        syndrome) and passed too, while there is room there (else it stops). How many
-        failures were copied."""
-        freed, found = ring[target.R_FREED], 0
-        while freed < ring[target.R_NEXT]:
-            slot = freed % capacity
-            if ring[at + target.C_DONE * capacity + slot] != freed + 1 \
-                    or ring[at + target.C_WAITED * capacity + slot] != 0:
+@njit(cache=True)
+def free_slots(ring, capacity, failures):
+    """Advance the ring's first unfreed slot past answered requests nobody waits for;
+    one that failed is copied to ``failures`` (rows: op, PE, remote address, bytes,
+    syndrome) and passed too, while there is room there (else it stops). How many
+    failures were copied."""
+    freed, found = ring[target.R_FREED], 0
+    while freed < ring[target.R_NEXT]:
+        slot = freed % capacity
+        if ring[_AT + target.C_DONE * capacity + slot] != freed + 1 \
+                or ring[_AT + target.C_WAITED * capacity + slot] != 0:
+            break
+        syndrome = ring[_AT + target.C_SYNDROME * capacity + slot]
+        if syndrome != 0:
+            if found == failures.shape[0]:
                 break
-            syndrome = ring[at + target.C_SYNDROME * capacity + slot]
-            if syndrome != 0:
-                if found == failures.shape[0]:
-                    break
-                failures[found, 0] = ring[at + target.C_OP * capacity + slot]
-                failures[found, 1] = ring[at + target.C_PE * capacity + slot]
-                failures[found, 2] = ring[at + target.C_RADDR * capacity + slot]
-                failures[found, 3] = ring[at + target.C_NBYTES * capacity + slot]
-                failures[found, 4] = syndrome
-                found += 1
-            freed += 1
-        ring[target.R_FREED] = freed
-        return found
+            failures[found, 0] = ring[_AT + target.C_OP * capacity + slot]
+            failures[found, 1] = ring[_AT + target.C_PE * capacity + slot]
+            failures[found, 2] = ring[_AT + target.C_RADDR * capacity + slot]
+            failures[found, 3] = ring[_AT + target.C_NBYTES * capacity + slot]
+            failures[found, 4] = syndrome
+            found += 1
+        freed += 1
+    ring[target.R_FREED] = freed
+    return found
 
-    # The requester's native calls keep the interpreter lock (they are short): numba's
-    # simulator polls its threads in a loop that holds the lock, so a simulated thread that
-    # let it go would wait the switch interval (5 ms) to get it back (docs/transports.md).
-    # Holding it, they are also atomic among the requesting threads: no other lock.
-    @njit(cache=False)
-    def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, compare, laddr, waited):
-        """Take the next free slot of ``ring``, write the request into it and send it to
-        the PE of row ``row`` of ``batches`` (a put: ``nbytes`` at ``laddr``); one that
-        nobody waits for and that carries at most 8 bytes joins that PE's batch instead.
-        Its ticket; -1 when no slot is free (or a failure must be reported first: see
-        ``free_slots``); -2 - ticket when UCX could not send it (its status in the result)."""
-        capacity = ring[target.R_CAPACITY]
-        ticket = ring[target.R_NEXT]
+
+# The requester's native calls keep the interpreter lock (they are short): numba's
+# simulator polls its threads in a loop that holds the lock, so a simulated thread that
+# let it go would wait the switch interval (5 ms) to get it back (docs/transports.md).
+# Holding it, they are also atomic among the requesting threads: no other lock.
+
+@njit(cache=True)
+def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, compare, laddr, waited):
+    """Take the next free slot of ``ring``, write the request into it and send it to
+    the PE of row ``row`` of ``batches`` (a put: ``nbytes`` at ``laddr``); one that
+    nobody waits for and that carries at most 8 bytes joins that PE's batch instead.
+    Its ticket; -1 when no slot is free (or a failure must be reported first: see
+    ``free_slots``); -2 - ticket when UCX could not send it (its status in the result)."""
+    capacity = ring[target.R_CAPACITY]
+    ticket = ring[target.R_NEXT]
+    if ticket - ring[target.R_FREED] >= capacity:
+        free_slots(ring, capacity, np.zeros((0, 5), np.int64))     # (it stops at a failure to report)
         if ticket - ring[target.R_FREED] >= capacity:
-            free_slots(ring, capacity, np.zeros((0, 5), np.int64))     # (it stops at a failure to report)
-            if ticket - ring[target.R_FREED] >= capacity:
-                return -1
-        ring[target.R_NEXT] = ticket + 1
-        slot = ticket % capacity
-        ring[at + target.C_OP * capacity + slot] = op
-        ring[at + target.C_LADDR * capacity + slot] = laddr
-        ring[at + target.C_WAITED * capacity + slot] = waited
-        ring[at + target.C_PE * capacity + slot] = pe
-        ring[at + target.C_RADDR * capacity + slot] = raddr
-        ring[at + target.C_NBYTES * capacity + slot] = nbytes
-        h = headers[slot]
-        h[0], h[1], h[2], h[3] = ticket, op, size, rkey
-        h[4], h[5], h[6], h[7] = raddr, nbytes, value, compare
-        value_address = headers.ctypes.data + (slot * target.REQUEST_WORDS + target.H_VALUE) * 8
-        if not waited and op != target.GET and nbytes <= 8:
-            if op == target.PUT:            # its bytes now, inline (the source may change after)
-                memcpy(value_address, laddr, nbytes)
-                h[1] = target.PUT_INLINE
-            stage(batches, row, h)
-            return ticket
-        flush_row(batches, row)             # the requests before it to that PE go first
-        data = value_address if op == target.PUT_INLINE else (laddr if op == target.PUT else 0)
-        request = send(batches[batch.GLOBAL_WORDS + row * batch.ROW_WORDS + batch.P_ENDPOINT], target.AM_REQUEST,
-                       headers.ctypes.data + slot * target.REQUEST_WORDS * 8, target.REQUEST_WORDS * 8, data,
-                       nbytes if data else 0, batches[batch.B_PARAMS])
-        if request > 0:
-            free(request)       # UCX completes it; the header and the data outlive it (the answer comes after)
-        elif request < 0:
-            ring[at + target.C_RESULT * capacity + slot] = request
-            return -2 - ticket
+            return -1
+    ring[target.R_NEXT] = ticket + 1
+    slot = ticket % capacity
+    ring[_AT + target.C_OP * capacity + slot] = op
+    ring[_AT + target.C_LADDR * capacity + slot] = laddr
+    ring[_AT + target.C_WAITED * capacity + slot] = waited
+    ring[_AT + target.C_PE * capacity + slot] = pe
+    ring[_AT + target.C_RADDR * capacity + slot] = raddr
+    ring[_AT + target.C_NBYTES * capacity + slot] = nbytes
+    h = headers[slot]
+    h[0], h[1], h[2], h[3] = ticket, op, size, rkey
+    h[4], h[5], h[6], h[7] = raddr, nbytes, value, compare
+    value_address = headers.ctypes.data + (slot * target.REQUEST_WORDS + target.H_VALUE) * 8
+    if not waited and op != target.GET and nbytes <= 8:
+        if op == target.PUT:            # its bytes now, inline (the source may change after)
+            _native.memcpy(value_address, laddr, nbytes)
+            h[1] = target.PUT_INLINE
+        batch.stage(batches, row, h)
         return ticket
+    batch.flush_row(batches, row)       # the requests before it to that PE go first
+    data = value_address if op == target.PUT_INLINE else (laddr if op == target.PUT else 0)
+    endpoint = batches[batch.GLOBAL_WORDS + row * batch.ROW_WORDS + batch.P_ENDPOINT]
+    request = _native.ucp_am_send_nbx(endpoint, target.AM_REQUEST, headers.ctypes.data + slot * target.REQUEST_WORDS * 8,
+                                      target.REQUEST_WORDS * 8, data, nbytes if data else 0, batches[batch.B_PARAMS])
+    if request > 0:     # UCX completes it; the header and the data outlive it (the answer comes after)
+        _native.ucp_request_free(request)
+    elif request < 0:
+        ring[_AT + target.C_RESULT * capacity + slot] = request
+        return -2 - ticket
+    return ticket
 
-    @njit(cache=False)
-    def flush(batches):
-        """Send every batch now (keeping the interpreter lock, as ``post``)."""
-        flush_all(batches)
 
-    @njit(cache=False)
-    def first_unanswered(done, first, last):
-        """The first ticket in [first, last) whose answer has not come (``last`` if none)."""
-        capacity = done.shape[0]
-        for ticket in range(first, last):
-            if done[ticket % capacity] < ticket + 1:
-                return ticket
-        return last
+@njit(cache=True)
+def flush(batches):
+    """Send every batch now (keeping the interpreter lock, as ``post``)."""
+    batch.flush_all(batches)
 
-    return post, free_slots, flush, first_unanswered
+
+@njit(cache=True)
+def first_unanswered(done, first, last):
+    """The first ticket in [first, last) whose answer has not come (``last`` if none)."""
+    capacity = done.shape[0]
+    for ticket in range(first, last):
+        if done[ticket % capacity] < ticket + 1:
+            return ticket
+    return last
 
 
 class Ucx:
@@ -150,11 +149,13 @@ class Ucx:
     def __init__(self, nic: Nic, heap_region, timeout: float):
         self.nic = nic
         self.timeout = timeout
+        wire_cache.drop_if_stale((post, free_slots, flush, first_unanswered, batch.stage, worker_loops.serve,
+                                  target._land))
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
-        lib = self.worker.lib
         on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers = target.callbacks()
-        self._post, self._free_slots, self._flush, self._first_unanswered = _native_code(lib)
+        batch.batch_code()      # the symbols the native calls call (compiled, or loaded from numba's cache)
+        self._post, self._free_slots, self._flush, self._first_unanswered = post, free_slots, flush, first_unanswered
         # the target: this PE's heap, how answers are sent (header copied), where rendezvous
         # data is received
         self.target_state = np.zeros(target.TARGET_WORDS, np.int64)

@@ -20,9 +20,10 @@ batches' lock (a compare-and-swap word) while they touch them.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..core._llvm import built_once
-from . import _target as target, _ucp as ucp
+from . import _native, _target as target, _ucp as ucp
 
 __all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "B_PARAMS", "GLOBAL_WORDS", "ROW_WORDS",
            "P_ENDPOINT", "new_batches", "batch_code"]
@@ -45,106 +46,110 @@ def new_batches(endpoints: list[int], params_address: int) -> np.ndarray:
     return batches
 
 
-def _build():
-    """(stage, flush_row, flush_all, flush_stale, now_ns), compiled: numba ``njit`` functions
-    that other native code calls (the requester's post, the progress thread's loop)."""
-    from numba import njit
 
-    lib = ucp.load()
-    send, free = lib.ucp_am_send_nbx, lib.ucp_request_free
-    clock_gettime, sched_yield = lib.clock_gettime, lib.sched_yield
-    atomics = target.atomics()
-    apply_atomic, fence = atomics.apply, atomics.fence
-    cas, swap, words = target.AMO_CAS, target.AMO_SWAP, target.REQUEST_WORDS
 
-    @njit(nogil=True)
-    def now_ns(timespec, at=0):
-        """CLOCK_MONOTONIC in nanoseconds, read into ``timespec[at:at + 2]``."""
-        clock_gettime(1, timespec.ctypes.data + 8 * at)
-        return timespec[at] * 1_000_000_000 + timespec[at + 1]
+@njit(nogil=True, cache=True)
+def now_ns(timespec, at=0):
+    """CLOCK_MONOTONIC in nanoseconds, read into ``timespec[at:at + 2]``."""
+    _native.clock_gettime(1, timespec.ctypes.data + 8 * at)
+    return timespec[at] * 1_000_000_000 + timespec[at + 1]
 
-    @njit(nogil=True)
-    def lock(batches):
-        address = batches.ctypes.data + 8 * B_LOCK
-        while apply_atomic(cas, 8, address, 1, 0) != 0:
-            sched_yield()           # held for one send at most
 
-    @njit(nogil=True)
-    def unlock(batches):
-        apply_atomic(swap, 8, batches.ctypes.data + 8 * B_LOCK, 0, 0)
+@njit(nogil=True, cache=True)
+def lock(batches):
+    address = batches.ctypes.data + 8 * B_LOCK
+    while target.apply_atomic(target.AMO_CAS, 8, address, 1, 0) != 0:
+        _native.sched_yield()   # held for one send at most
 
-    @njit(nogil=True)
-    def send_row(batches, row):
-        """Send row ``row``'s batch (under the lock)."""
-        at = GLOBAL_WORDS + row * ROW_WORDS
-        count = batches[at + P_COUNT]
-        if count == 0:
-            return
-        request = send(batches[at + P_ENDPOINT], target.AM_BATCH, batches.ctypes.data + 8 * (at + 3), 8 * words * count,
-                       0, 0, batches[B_PARAMS])
-        if request > 0:
-            free(request)           # the header is copied; UCX completes the send
-        elif request < 0:
-            batches[B_FAILED] += count
-        batches[at + P_COUNT] = 0
-        batches[B_STAGED] -= count
 
-    @njit(nogil=True)
-    def stage(batches, row, header):
-        """Add the request ``header`` (REQUEST_WORDS words) to row ``row``'s batch; send the
-        batch when full, or at once when the progress thread sleeps: nothing came or went
-        for a while, so nothing would join it soon, and only a wake-up (a system call and a
-        thread switch, as dear as the send) could get the thread to send it later."""
-        at = GLOBAL_WORDS + row * ROW_WORDS
+@njit(nogil=True, cache=True)
+def unlock(batches):
+    target.apply_atomic(target.AMO_SWAP, 8, batches.ctypes.data + 8 * B_LOCK, 0, 0)
+
+
+@njit(nogil=True, cache=True)
+def send_row(batches, row):
+    """Send row ``row``'s batch (under the lock)."""
+    at = GLOBAL_WORDS + row * ROW_WORDS
+    count = batches[at + P_COUNT]
+    if count == 0:
+        return
+    request = _native.ucp_am_send_nbx(batches[at + P_ENDPOINT], target.AM_BATCH, batches.ctypes.data + 8 * (at + 3),
+                                      8 * target.REQUEST_WORDS * count, 0, 0, batches[B_PARAMS])
+    if request > 0:
+        _native.ucp_request_free(request)           # the header is copied; UCX completes the send
+    elif request < 0:
+        batches[B_FAILED] += count
+    batches[at + P_COUNT] = 0
+    batches[B_STAGED] -= count
+
+
+@njit(nogil=True, cache=True)
+def stage(batches, row, header):
+    """Add the request ``header`` (REQUEST_WORDS words) to row ``row``'s batch; send the
+    batch when full, or at once when the progress thread sleeps: nothing came or went
+    for a while, so nothing would join it soon, and only a wake-up (a system call and a
+    thread switch, as dear as the send) could get the thread to send it later."""
+    at = GLOBAL_WORDS + row * ROW_WORDS
+    lock(batches)
+    count = batches[at + P_COUNT]
+    if count == 0:
+        batches[at + P_FIRST_NS] = now_ns(batches, B_CLOCK)     # (under the lock)
+    for word in range(target.REQUEST_WORDS):
+        batches[at + 3 + count * target.REQUEST_WORDS + word] = header[word]
+    batches[at + P_COUNT] = count + 1
+    batches[B_STAGED] += 1
+    target.fence()              # the count before the look at the progress thread (it does the reverse)
+    if count + 1 == BATCH or batches[B_SLEEPING] != 0:
+        send_row(batches, row)
+    unlock(batches)
+
+
+@njit(nogil=True, cache=True)
+def flush_row(batches, row):
+    """Send row ``row``'s batch now (before another request to that PE)."""
+    if batches[GLOBAL_WORDS + row * ROW_WORDS + P_COUNT] != 0:
         lock(batches)
-        count = batches[at + P_COUNT]
-        if count == 0:
-            batches[at + P_FIRST_NS] = now_ns(batches, B_CLOCK)     # (under the lock)
-        for word in range(words):
-            batches[at + 3 + count * words + word] = header[word]
-        batches[at + P_COUNT] = count + 1
-        batches[B_STAGED] += 1
-        fence()                     # the count before the look at the progress thread (it does the reverse)
-        if count + 1 == BATCH or batches[B_SLEEPING] != 0:
+        send_row(batches, row)
+        unlock(batches)
+
+
+@njit(nogil=True, cache=True)
+def flush_all(batches):
+    if batches[B_STAGED] != 0:
+        lock(batches)
+        for row in range(batches[B_PEERS]):
             send_row(batches, row)
         unlock(batches)
 
-    @njit(nogil=True)
-    def flush_row(batches, row):
-        """Send row ``row``'s batch now (before another request to that PE)."""
-        if batches[GLOBAL_WORDS + row * ROW_WORDS + P_COUNT] != 0:
-            lock(batches)
-            send_row(batches, row)
-            unlock(batches)
 
-    @njit(nogil=True)
-    def flush_all(batches):
-        if batches[B_STAGED] != 0:
+@njit(nogil=True, cache=True)
+def flush_stale(batches, now):
+    """Send the batches whose first request came STALE_NS ago or more; how many
+    nanoseconds until the next one left is stale (0: none left). It looks before it
+    locks: a thread that is about to stage must not wait for one that only looks."""
+    wait = 0
+    for row in range(batches[B_PEERS]):
+        at = GLOBAL_WORDS + row * ROW_WORDS
+        if batches[at + P_COUNT] == 0:
+            continue
+        age = now - batches[at + P_FIRST_NS]
+        if age >= STALE_NS:
             lock(batches)
-            for row in range(batches[B_PEERS]):
+            if batches[at + P_COUNT] != 0 and now - batches[at + P_FIRST_NS] >= STALE_NS:
                 send_row(batches, row)
             unlock(batches)
+        elif wait == 0 or STALE_NS - age < wait:
+            wait = STALE_NS - age
+    return wait
 
-    @njit(nogil=True)
-    def flush_stale(batches, now):
-        """Send the batches whose first request came STALE_NS ago or more; how many
-        nanoseconds until the next one left is stale (0: none left). It looks before it
-        locks: a thread that is about to stage must not wait for one that only looks."""
-        wait = 0
-        for row in range(batches[B_PEERS]):
-            at = GLOBAL_WORDS + row * ROW_WORDS
-            if batches[at + P_COUNT] == 0:
-                continue
-            age = now - batches[at + P_FIRST_NS]
-            if age >= STALE_NS:
-                lock(batches)
-                if batches[at + P_COUNT] != 0 and now - batches[at + P_FIRST_NS] >= STALE_NS:
-                    send_row(batches, row)
-                unlock(batches)
-            elif wait == 0 or STALE_NS - age < wait:
-                wait = STALE_NS - age
-        return wait
 
+def _build():
+    """(stage, flush_row, flush_all, flush_stale, now_ns): numba ``njit`` functions that
+    other native code calls (the requester's post, the progress thread's loop), once the
+    symbols they call are there (compiled on first use, or loaded from numba's cache)."""
+    ucp.load()
+    target.atomics()
     return stage, flush_row, flush_all, flush_stale, now_ns
 
 

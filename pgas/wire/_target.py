@@ -20,11 +20,11 @@ request's own user area (``REQUEST_USER_BYTES``, asked for at ``ucp_init``).
 """
 from __future__ import annotations
 
-import ctypes
+from numba import njit, types
 
 from ..core._llvm import built_once, compile_ir
 from ..nic import _mlx5 as mlx5
-from . import _ucp as ucp
+from . import _native, _ucp as ucp
 
 __all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "AM_BATCH", "AM_ANSWERS", "MAX_BATCH",
            "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "callbacks", "atomics"]
@@ -113,94 +113,113 @@ define void @fence() {
 
 
 class _Atomics:
-    """The compiled atomics, as ctypes functions numba can call (addresses as int64)."""
+    """The compiled atomics, callable from numba code by symbol (``apply_atomic``, ``fence``)."""
 
     def __init__(self):
         self._engine = compile_ir(_ATOMICS_IR)     # keeps the code alive
-        address = self._engine.get_function_address
-        i64 = ctypes.c_int64
-        self.apply = ctypes.CFUNCTYPE(i64, i64, i64, i64, i64, i64)(address("apply_atomic"))
-        self.fence = ctypes.CFUNCTYPE(None)(address("fence"))
+        ucp.register_symbol("wire_apply_atomic", self._engine.get_function_address("apply_atomic"))
+        ucp.register_symbol("wire_fence", self._engine.get_function_address("fence"))
+
+
+# apply_atomic(op, size, address, value, compare) -> old value, and a seq_cst fence: in numba
+# code, once ``atomics()`` has compiled them
+apply_atomic = types.ExternalFunction("pgas_wire_apply_atomic", types.int64(*[types.int64] * 5))
+fence = types.ExternalFunction("pgas_wire_fence", types.void())
+_ACCESS, _INVALID = mlx5.SYNDROME_REMOTE_ACCESS, mlx5.SYNDROME_REMOTE_INVALID
+_REPLY_EP_FIELD, _RENDEZVOUS = ucp.AM_RECV_ATTR_FIELD_REPLY_EP, ucp.AM_RECV_ATTR_FLAG_RNDV
+
+
+# The helpers the callbacks call are module globals, so that the callbacks can be cached
+# (a dispatcher held in a closure makes numba's cache key differ in every process).
+
+@njit(nogil=True, cache=True)
+def _answer(state, reply_ep, ticket, syndrome, fetched, data, length):
+    """Send the answer to request ``ticket`` (with ``length`` bytes at ``data``)."""
+    state[T_ANSWER], state[T_ANSWER + 1], state[T_ANSWER + 2] = ticket, syndrome, fetched
+    request = _native.ucp_am_send_nbx(reply_ep, AM_ANSWER, state[T_SELF] + 8 * T_ANSWER, 8 * ANSWER_WORDS, data,
+                                      length, state[T_ANSWER_PARAMS])
+    if request > 0:
+        _native.ucp_request_free(request)      # UCX completes it; the heap outlives it
+    elif request < 0:
+        state[T_UNANSWERED] += 1
+
+
+@njit(nogil=True, cache=True)
+def _outside_heap(state, rkey, raddr, nbytes):
+    """True when a request's bytes are not all in the heap, or its rkey is not the heap's."""
+    base, heap_size = state[T_BASE], state[T_SIZE]
+    return rkey != state[T_RKEY] or nbytes < 0 or nbytes > heap_size or raddr < base \
+        or raddr - base > heap_size - nbytes
+
+
+@njit(nogil=True, cache=True)
+def _atomic(op, size, raddr, nbytes, value, compare):
+    """(syndrome, old value) of an atomic on the heap word at ``raddr``."""
+    if (size != 4 and size != 8) or nbytes != size or raddr % size != 0 or op < AMO_ADD or op > AMO_FETCH:
+        return _INVALID, 0
+    return 0, apply_atomic(op, size, raddr, value, compare)
+
+
+@njit(nogil=True, cache=True)
+def _land(ring, capacity, ticket, syndrome, result):
+    """Request ``ticket`` is answered: its result and syndrome, then its done mark."""
+    slot = ticket % capacity
+    ring[RING_HEADER + C_RESULT * capacity + slot] = result
+    ring[RING_HEADER + C_SYNDROME * capacity + slot] = syndrome
+    fence()                         # the data and the result before the done mark
+    ring[RING_HEADER + C_DONE * capacity + slot] = ticket + 1
 
 
 def _build_callbacks():
     """(on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers): the
-    active-message handlers and the completions of their rendezvous receives, compiled."""
-    from numba import carray, cfunc, njit, types
+    active-message handlers and the completions of their rendezvous receives, compiled
+    (or loaded from numba's cache)."""
+    from numba import carray, cfunc
 
-    lib = ucp.load()
-    send, receive, free, memcpy = lib.ucp_am_send_nbx, lib.ucp_am_recv_data_nbx, lib.ucp_request_free, lib.memcpy
-    compiled = atomics()
-    apply_atomic, fence = compiled.apply, compiled.fence
-    access, invalid = mlx5.SYNDROME_REMOTE_ACCESS, mlx5.SYNDROME_REMOTE_INVALID
-    reply_ep_field, rendezvous = ucp.AM_RECV_ATTR_FIELD_REPLY_EP, ucp.AM_RECV_ATTR_FLAG_RNDV
+    ucp.load()
+    atomics()
     handler = types.int32(types.CPointer(types.int64), types.CPointer(types.int64), types.int64, types.int64,
                           types.int64, types.CPointer(types.int64))
     completion = types.void(types.int64, types.int32, types.int64, types.CPointer(types.int64))
 
-    @njit(nogil=True)
-    def answer(state, reply_ep, ticket, syndrome, fetched, data, length):
-        """Send the answer to request ``ticket`` (with ``length`` bytes at ``data``)."""
-        state[T_ANSWER], state[T_ANSWER + 1], state[T_ANSWER + 2] = ticket, syndrome, fetched
-        request = send(reply_ep, AM_ANSWER, state[T_SELF] + 8 * T_ANSWER, 8 * ANSWER_WORDS, data, length,
-                       state[T_ANSWER_PARAMS])
-        if request > 0:
-            free(request)                  # UCX completes it; the heap outlives it
-        elif request < 0:
-            state[T_UNANSWERED] += 1
-
-    @njit(nogil=True)
-    def outside_heap(state, rkey, raddr, nbytes):
-        """True when a request's bytes are not all in the heap, or its rkey is not the heap's."""
-        base, heap_size = state[T_BASE], state[T_SIZE]
-        return rkey != state[T_RKEY] or nbytes < 0 or nbytes > heap_size or raddr < base \
-            or raddr - base > heap_size - nbytes
-
-    @njit(nogil=True)
-    def atomic(op, size, raddr, nbytes, value, compare):
-        """(syndrome, old value) of an atomic on the heap word at ``raddr``."""
-        if (size != 4 and size != 8) or nbytes != size or raddr % size != 0 or op < AMO_ADD or op > AMO_FETCH:
-            return invalid, 0
-        return 0, apply_atomic(op, size, raddr, value, compare)
-
-    @cfunc(handler, nopython=True)
+    @cfunc(handler, nopython=True, cache=True)
     def on_request(arg, header, header_length, data, length, param):
         state = carray(arg, (TARGET_WORDS,))
         h = carray(header, (REQUEST_WORDS,))
         op, size, raddr, nbytes = h[H_OP], h[H_SIZE], h[H_RADDR], h[H_NBYTES]
         syndrome, fetched, answer_data, answer_length = 0, 0, 0, 0
-        if param[0] & reply_ep_field == 0:
+        if param[0] & _REPLY_EP_FIELD == 0:
             state[T_UNANSWERED] += 1       # cannot happen: every request asks for a reply endpoint
             return 0
-        if outside_heap(state, h[H_RKEY], raddr, nbytes):
-            syndrome = access              # (rendezvous data not received is dropped by UCX)
+        if _outside_heap(state, h[H_RKEY], raddr, nbytes):
+            syndrome = _ACCESS             # (rendezvous data not received is dropped by UCX)
         elif op == PUT or op == PUT_INLINE:
             if length != nbytes:
-                syndrome = invalid
-            elif param[0] & rendezvous == 0:
-                memcpy(raddr, data, nbytes)
+                syndrome = _INVALID
+            elif param[0] & _RENDEZVOUS == 0:
+                _native.memcpy(raddr, data, nbytes)
             else:                          # straight into the heap; answered when it has landed
-                request = receive(state[T_WORKER], data, raddr, nbytes, state[T_RECEIVE_PARAMS])
+                request = _native.ucp_am_recv_data_nbx(state[T_WORKER], data, raddr, nbytes, state[T_RECEIVE_PARAMS])
                 if request > 0:
                     state[T_PENDING], state[T_PENDING + 1] = h[H_TICKET], param[1]
-                    memcpy(request, state[T_SELF] + 8 * T_PENDING, REQUEST_USER_BYTES)
+                    _native.memcpy(request, state[T_SELF] + 8 * T_PENDING, REQUEST_USER_BYTES)
                     return 0
                 if request < 0:
-                    syndrome = invalid
+                    syndrome = _INVALID
         elif op == GET:
             answer_data, answer_length = raddr, nbytes
         else:
-            syndrome, fetched = atomic(op, size, raddr, nbytes, h[H_VALUE], h[H_COMPARE])
-        answer(state, param[1], h[H_TICKET], syndrome, fetched, answer_data, answer_length)
+            syndrome, fetched = _atomic(op, size, raddr, nbytes, h[H_VALUE], h[H_COMPARE])
+        _answer(state, param[1], h[H_TICKET], syndrome, fetched, answer_data, answer_length)
         return 0
 
-    @cfunc(handler, nopython=True)
+    @cfunc(handler, nopython=True, cache=True)
     def on_batch(arg, header, header_length, data, length, param):
         """A batch of requests that need no data beyond their header (inline puts of up to
         8 bytes, atomics), applied in order and answered in one message."""
         state = carray(arg, (TARGET_WORDS,))
         count = header_length // (8 * REQUEST_WORDS)
-        if param[0] & reply_ep_field == 0 or count > MAX_BATCH:
+        if param[0] & _REPLY_EP_FIELD == 0 or count > MAX_BATCH:
             state[T_UNANSWERED] += count
             return 0
         requests = carray(header, (count, REQUEST_WORDS))
@@ -208,44 +227,35 @@ def _build_callbacks():
             h = requests[i]
             op, size, raddr, nbytes = h[H_OP], h[H_SIZE], h[H_RADDR], h[H_NBYTES]
             syndrome, fetched = 0, 0
-            if outside_heap(state, h[H_RKEY], raddr, nbytes):
-                syndrome = access
+            if _outside_heap(state, h[H_RKEY], raddr, nbytes):
+                syndrome = _ACCESS
             elif op == PUT_INLINE:
                 if nbytes > 8:
-                    syndrome = invalid
+                    syndrome = _INVALID
                 else:
-                    memcpy(raddr, requests.ctypes.data + 8 * (i * REQUEST_WORDS + H_VALUE), nbytes)
+                    _native.memcpy(raddr, requests.ctypes.data + 8 * (i * REQUEST_WORDS + H_VALUE), nbytes)
             elif op == PUT or op == GET:
-                syndrome = invalid         # they carry or fetch data: never batched
+                syndrome = _INVALID         # they carry or fetch data: never batched
             else:
-                syndrome, fetched = atomic(op, size, raddr, nbytes, h[H_VALUE], h[H_COMPARE])
+                syndrome, fetched = _atomic(op, size, raddr, nbytes, h[H_VALUE], h[H_COMPARE])
             at = T_ANSWERS + i * ANSWER_WORDS
             state[at], state[at + 1], state[at + 2] = h[H_TICKET], syndrome, fetched
-        request = send(param[1], AM_ANSWERS, state[T_SELF] + 8 * T_ANSWERS, 8 * ANSWER_WORDS * count, 0, 0,
-                       state[T_ANSWER_PARAMS])
+        request = _native.ucp_am_send_nbx(param[1], AM_ANSWERS, state[T_SELF] + 8 * T_ANSWERS,
+                                          8 * ANSWER_WORDS * count, 0, 0, state[T_ANSWER_PARAMS])
         if request > 0:
-            free(request)
+            _native.ucp_request_free(request)
         elif request < 0:
             state[T_UNANSWERED] += count
         return 0
 
-    @cfunc(completion, nopython=True)
+    @cfunc(completion, nopython=True, cache=True)
     def on_put_received(request, status, length, arg):
         state = carray(arg, (TARGET_WORDS,))
-        memcpy(state[T_SELF] + 8 * T_PENDING, request, REQUEST_USER_BYTES)
-        free(request)
-        answer(state, state[T_PENDING + 1], state[T_PENDING], 0 if status == 0 else invalid, 0, 0, 0)
+        _native.memcpy(state[T_SELF] + 8 * T_PENDING, request, REQUEST_USER_BYTES)
+        _native.ucp_request_free(request)
+        _answer(state, state[T_PENDING + 1], state[T_PENDING], 0 if status == 0 else _INVALID, 0, 0, 0)
 
-    @njit(nogil=True)
-    def land(ring, capacity, ticket, syndrome, result):
-        """Request ``ticket`` is answered: its result and syndrome, then its done mark."""
-        slot = ticket % capacity
-        ring[RING_HEADER + C_RESULT * capacity + slot] = result
-        ring[RING_HEADER + C_SYNDROME * capacity + slot] = syndrome
-        fence()                         # the data and the result before the done mark
-        ring[RING_HEADER + C_DONE * capacity + slot] = ticket + 1
-
-    @cfunc(handler, nopython=True)
+    @cfunc(handler, nopython=True, cache=True)
     def on_answer(arg, header, header_length, data, length, param):
         h = carray(header, (ANSWER_WORDS,))
         capacity = arg[R_CAPACITY]
@@ -255,20 +265,20 @@ def _build_callbacks():
         syndrome = h[1]
         if syndrome == 0 and ring[RING_HEADER + C_OP * capacity + slot] == GET and length > 0:
             laddr = ring[RING_HEADER + C_LADDR * capacity + slot]
-            if param[0] & rendezvous == 0:
-                memcpy(laddr, data, length)
+            if param[0] & _RENDEZVOUS == 0:
+                _native.memcpy(laddr, data, length)
             else:                       # straight into the caller's buffer; done when it has landed
-                request = receive(ring[R_WORKER], data, laddr, length, ring[R_RECEIVE_PARAMS])
+                request = _native.ucp_am_recv_data_nbx(ring[R_WORKER], data, laddr, length, ring[R_RECEIVE_PARAMS])
                 if request > 0:
                     ring[R_PENDING] = ticket
-                    memcpy(request, ring[R_SELF] + 8 * R_PENDING, 8)
+                    _native.memcpy(request, ring[R_SELF] + 8 * R_PENDING, 8)
                     return 0
                 if request < 0:
-                    syndrome = invalid
-        land(ring, capacity, ticket, syndrome, h[2])
+                    syndrome = _INVALID
+        _land(ring, capacity, ticket, syndrome, h[2])
         return 0
 
-    @cfunc(handler, nopython=True)
+    @cfunc(handler, nopython=True, cache=True)
     def on_answers(arg, header, header_length, data, length, param):
         """The answers to a batch (no data: a batch neither gets nor fetches for a waiter)."""
         capacity = arg[R_CAPACITY]
@@ -276,16 +286,16 @@ def _build_callbacks():
         count = header_length // (8 * ANSWER_WORDS)
         answers = carray(header, (count, ANSWER_WORDS))
         for i in range(count):
-            land(ring, capacity, answers[i, 0], answers[i, 1], answers[i, 2])
+            _land(ring, capacity, answers[i, 0], answers[i, 1], answers[i, 2])
         return 0
 
-    @cfunc(completion, nopython=True)
+    @cfunc(completion, nopython=True, cache=True)
     def on_get_received(request, status, length, arg):
         capacity = arg[R_CAPACITY]
         ring = carray(arg, (RING_HEADER + COLUMNS * capacity,))
-        memcpy(ring[R_SELF] + 8 * R_PENDING, request, 8)
-        free(request)
-        land(ring, capacity, ring[R_PENDING], 0 if status == 0 else invalid, 0)
+        _native.memcpy(ring[R_SELF] + 8 * R_PENDING, request, 8)
+        _native.ucp_request_free(request)
+        _land(ring, capacity, ring[R_PENDING], 0 if status == 0 else _INVALID, 0)
 
     return on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers
 

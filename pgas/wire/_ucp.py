@@ -1,6 +1,11 @@
 """The parts of UCX's UCP API (1.x) that pgas's wire uses, through ctypes, callable from
 numba nopython code (``nogil`` functions and ``cfunc`` callbacks) as well as from Python.
 
+Native code calls them by symbol (module ``_native``: numba ``ExternalFunction`` declarations
+of the ``pgas_``-prefixed names that ``load`` registers with LLVM's symbol table), not by
+address, so numba can cache that code on disk: it would otherwise compile at every PE's
+start (seconds).
+
 UCX is already in every PE: the mpich wheel's ch4:ucx device links ``libucp.so.0``, so
 once mpi4py has loaded MPI the library resolves to the copy MPI uses. Layouts and values
 follow ``ucp.h``/``ucp_def.h`` of UCX 1.20 (the ABI is stable across 1.x). Every pointer
@@ -18,7 +23,7 @@ import sys
 
 from ..core._errors import PgasError
 
-__all__ = ["load", "UCS_OK", "UCS_INPROGRESS", "UCS_ERR_BUSY"]
+__all__ = ["load", "natives", "register_symbol", "UCS_OK", "UCS_INPROGRESS", "UCS_ERR_BUSY"]
 
 API_MAJOR, API_MINOR = 1, 12        # the oldest API whose structs hold every field set here
 
@@ -99,6 +104,32 @@ _DECLARATIONS = {            # name: (result, arguments)
 }
 
 
+_LIBC = {"poll": (_int, (_P, _P, _int)), "memcpy": (_P, (_P, _P, _P)), "sched_yield": (_int, ()),
+         "clock_gettime": (_int, (_int, _P)), "nanosleep": (_int, (_P, _P))}
+_NATIVE = ("ucp_worker_progress", "ucp_worker_arm", "ucp_am_send_nbx", "ucp_am_recv_data_nbx", "ucp_request_free",
+           *_LIBC)     # what native code calls
+
+
+def register_symbol(name: str, address: int) -> None:
+    """Make the function at ``address`` callable from numba code as ``pgas_<name>`` (``_native``)."""
+    import llvmlite.binding as llvm
+    llvm.add_symbol(f"pgas_{name}", address)
+
+
+def _declared(result, arguments):
+    """The numba signature of a declaration (pointers and handles as int64)."""
+    from numba import types
+    numba_type = {_P: types.int64, _int: types.int32, _uint: types.uint32, None: types.void}
+    return numba_type[result](*(numba_type[a] for a in arguments))
+
+
+def natives() -> dict:
+    """name -> the numba declaration of ``pgas_<name>`` (module ``_native`` holds them)."""
+    from numba import types
+    every = {**_DECLARATIONS, **_LIBC}
+    return {name: types.ExternalFunction(f"pgas_{name}", _declared(*every[name])) for name in _NATIVE}
+
+
 class Library:
     """libucp's functions as attributes (``lib.ucp_worker_progress``), and libc's few."""
 
@@ -108,12 +139,12 @@ class Library:
             function.restype, function.argtypes = result, list(arguments)
             setattr(self, name, function)
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        for name, result, arguments in (("poll", _int, (_P, _P, _int)), ("memcpy", _P, (_P, _P, _P)),
-                                        ("sched_yield", _int, ()), ("clock_gettime", _int, (_int, _P)),
-                                        ("nanosleep", _int, (_P, _P))):
+        for name, (result, arguments) in _LIBC.items():
             function = getattr(libc, name)
             function.restype, function.argtypes = result, list(arguments)
             setattr(self, name, function)
+        for name in _NATIVE:
+            register_symbol(name, ctypes.cast(getattr(self, name), ctypes.c_void_p).value)
         self.version = self.ucp_get_version_string().decode()
 
 

@@ -16,11 +16,11 @@ import threading
 import time
 
 import numpy as np
+from numba import njit
 
 from ..core._errors import PgasError
-from . import _ucp as ucp
-from ._batch import B_SLEEPING, B_STAGED, batch_code
-from ._target import atomics
+from . import _batch as batch, _native, _target as target, _ucp as ucp
+from ._batch import B_SLEEPING, B_STAGED
 
 __all__ = ["Worker"]
 
@@ -30,66 +30,57 @@ _HOT_NS = 100_000                    # how long the thread keeps looking after a
 _CLOSE_PAUSE_S, _CLOSE_WAIT_S = 1e-4, 10.0
 
 
-def _native_loops(lib):
-    """The progress thread's loop, and one bounded wait (numba, compiled on first use)."""
-    from numba import njit
+@njit(nogil=True, cache=True)
+def sleep_on_events(worker, pollfd, milliseconds):
+    """Sleep until the worker has events (or ``milliseconds`` pass)."""
+    if _native.ucp_worker_arm(worker) == ucp.UCS_OK:
+        pollfd[1] = 1                # POLLIN, and revents cleared
+        _native.poll(pollfd.ctypes.data, 1, milliseconds)
 
-    progress, arm, poll, sched_yield = lib.ucp_worker_progress, lib.ucp_worker_arm, lib.poll, lib.sched_yield
-    nanosleep = lib.nanosleep
-    _, _, _, flush_stale, now_ns = batch_code()
-    fence = atomics().fence
 
-    @njit(nogil=True, cache=False)
-    def sleep_on_events(worker, pollfd, milliseconds):
-        """Sleep until the worker has events (or ``milliseconds`` pass)."""
-        if arm(worker) == ucp.UCS_OK:
-            pollfd[1] = 1                # POLLIN, and revents cleared
-            poll(pollfd.ctypes.data, 1, milliseconds)
+@njit(nogil=True, cache=True)
+def serve(state, pollfd, batches):
+    """Progress; after the last message, keep looking (yielding the core each time)
+    for _HOT_NS, as a NIC's interrupt moderation does, then sleep on the events. While
+    requests wait in ``batches``, stay awake and send each batch once it is stale."""
+    worker = state[_WORKER]
+    timespec, pause = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    last = batch.now_ns(timespec)
+    while state[_STOP] == 0:
+        if _native.ucp_worker_progress(worker) != 0:
+            last = batch.now_ns(timespec)
+            continue
+        if state[_STOP] != 0:
+            break
+        if batches[B_STAGED] != 0:      # sleep until the oldest batch is stale, then send it
+            wait = batch.flush_stale(batches, batch.now_ns(timespec))
+            if wait > 0:
+                pause[0], pause[1] = 0, wait
+                _native.nanosleep(pause.ctypes.data, 0)
+            continue
+        if batch.now_ns(timespec) - last < _HOT_NS:
+            _native.sched_yield()
+            continue
+        batches[B_SLEEPING] = 1      # a thread that stages from now on sends at once
+        target.fence()
+        if batches[B_STAGED] == 0:
+            sleep_on_events(worker, pollfd, _IDLE_POLL_MS)
+        batches[B_SLEEPING] = 0
+        last = batch.now_ns(timespec)
 
-    @njit(nogil=True, cache=False)
-    def serve(state, pollfd, batches):
-        """Progress; after the last message, keep looking (yielding the core each time)
-        for _HOT_NS, as a NIC's interrupt moderation does, then sleep on the events. While
-        requests wait in ``batches``, stay awake and send each batch once it is stale."""
-        worker = state[_WORKER]
-        timespec, pause = np.zeros(2, np.int64), np.zeros(2, np.int64)
-        last = now_ns(timespec)
-        while state[_STOP] == 0:
-            if progress(worker) != 0:
-                last = now_ns(timespec)
-                continue
-            if state[_STOP] != 0:
-                break
-            if batches[B_STAGED] != 0:      # sleep until the oldest batch is stale, then send it
-                wait = flush_stale(batches, now_ns(timespec))
-                if wait > 0:
-                    pause[0], pause[1] = 0, wait
-                    nanosleep(pause.ctypes.data, 0)
-                continue
-            if now_ns(timespec) - last < _HOT_NS:
-                sched_yield()
-                continue
-            batches[B_SLEEPING] = 1      # a thread that stages from now on sends at once
-            fence()
-            if batches[B_STAGED] == 0:
-                sleep_on_events(worker, pollfd, _IDLE_POLL_MS)
-            batches[B_SLEEPING] = 0
-            last = now_ns(timespec)
 
-    @njit(cache=False)
-    def progress_until(worker, word, value, spins):
-        """Progress until ``word[0] >= value``, at most ``spins`` rounds (yielding the
-        core between empty ones); True when it got there. It keeps the interpreter lock:
-        a bounded wait, and a simulated thread that let the lock go would wait for numba's
-        polling loop to hand it back (up to the 5 ms switch interval)."""
-        for _ in range(spins):
-            if word[0] >= value:
-                return True
-            if progress(worker) == 0:
-                sched_yield()
-        return word[0] >= value
-
-    return serve, sleep_on_events, progress_until
+@njit(cache=True)
+def progress_until(worker, word, value, spins):
+    """Progress until ``word[0] >= value``, at most ``spins`` rounds (yielding the
+    core between empty ones); True when it got there. It keeps the interpreter lock:
+    a bounded wait, and a simulated thread that let the lock go would wait for numba's
+    polling loop to hand it back (up to the 5 ms switch interval)."""
+    for _ in range(spins):
+        if word[0] >= value:
+            return True
+        if _native.ucp_worker_progress(worker) == 0:
+            _native.sched_yield()
+    return word[0] >= value
 
 
 class Worker:
@@ -131,7 +122,8 @@ class Worker:
         self._addresses: dict[int, bytes] = {}      # peers' worker addresses, for more endpoints
         self._more_endpoints: list[int] = []         # made by connect_again, closed with the worker
         self.endpoints = self._connect(comm, peers)
-        self._serve, self.sleep_on_events, self.progress_until = _native_loops(lib)
+        batch.batch_code()      # the symbols the loops call
+        self._serve, self.sleep_on_events, self.progress_until = serve, sleep_on_events, progress_until
         self._handlers = []            # keep the callbacks alive
         self._thread = None
 
