@@ -106,3 +106,29 @@ def test_compiled_fold_gives_numpys_bits_for_every_dtype_and_op():
                 addresses = np.array([b.ctypes.data for b in buffers], np.uint64)
                 compiled_fold(dtype, op)(out.ctypes.data, addresses.ctypes.data, n, count)
                 assert out.tobytes() == expected.tobytes(), (dtype, op, n, count)
+
+
+def test_the_wire_cache_is_dropped_when_its_sources_change(tmp_path, monkeypatch):
+    """numba checks only a cached function's own file: pgas.wire._cache drops the cache
+    files of the wire's modules when any source they bake constants from changes."""
+    from types import SimpleNamespace
+
+    from pgas.wire import _cache
+
+    def dispatcher(module):
+        return SimpleNamespace(_cache=SimpleNamespace(_cache_path=str(tmp_path)),
+                               py_func=SimpleNamespace(__module__=f"pgas.wire.{module}"))
+    files = ["_batch.stage-87.py311.nbi", "_batch.stage-87.py311.1.nbc", "_target._land-160.py311.nbi",
+             "other.f-1.py311.nbi"]
+    for name in files:
+        (tmp_path / name).write_text("x")
+    wire = [dispatcher("_batch"), dispatcher("_target")]
+    _cache.drop_if_stale(wire)      # no stamp yet: the wire's files go, another module's stay
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.f-1.py311.nbi", "pgas_wire_sources.sha256"]
+    (tmp_path / files[0]).write_text("x")
+    _cache.drop_if_stale(wire)      # the same sources: kept
+    assert (tmp_path / files[0]).exists()
+    monkeypatch.setattr(_cache, "_digest", lambda: "an edited source")
+    _cache.drop_if_stale(wire)
+    assert not (tmp_path / files[0]).exists()
+    assert (tmp_path / "pgas_wire_sources.sha256").read_text() == "an edited source"
