@@ -113,8 +113,10 @@ pgas.finalize()
 """
 
 
-def test_debug_mode_catches_pes_that_disagree_on_an_allocation(tmp_path, clean_shm):
-    proc = run_script(tmp_path, 2, DISAGREE, env={"PGAS_DEBUG": "1"})
+@pytest.mark.parametrize("debug", ["0", "1"])
+def test_pes_that_disagree_on_an_allocation_get_an_error_each(tmp_path, clean_shm, debug):
+    """Sizes that differ are an error on every PE, PGAS_DEBUG or not (they would corrupt)."""
+    proc = run_script(tmp_path, 2, DISAGREE, env={"PGAS_DEBUG": debug})
     assert proc.returncode == 0, proc.stderr
     assert pe_lines(proc) == ["[0] caught", "[1] caught"]
 
@@ -141,8 +143,7 @@ def test_an_allocation_one_pe_makes_alone_is_an_error_at_once_naming_the_pes_and
     assert proc.returncode == 1, proc.stderr
     assert "PEs disagree on a collective call" in proc.stderr, proc.stderr
     assert "PEs 0, 1: pgas.finalize; PE 2: pgas.zeros" in proc.stderr, proc.stderr
-    if debug == "1":
-        assert "pgas.zeros (shape (8,), dtype <f8" in proc.stderr, proc.stderr
+    assert "pgas.zeros (shape (8,), dtype <f8" in proc.stderr, proc.stderr
 
 
 STRESS = """

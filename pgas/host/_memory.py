@@ -109,12 +109,10 @@ def _allocate(fn: str, shape, dtype, fill=None, order: str = "C", alignment: int
     view = rt.heap.array_at(offset, dims, dtype, order)
     if fill is not None:
         _fill(rt, view, offset, nbytes, fill, fn)
-    # PGAS_DEBUG: every PE's call must match, arguments and place in the heap too
-    record = None
-    if rt.debug:
-        extra = (f", order {order}" if order != "C" else "") + (f", alignment {alignment}" if alignment != ALIGNMENT
-                                                                else "") + (f", hints {hints:#x}" if hints else "")
-        record = f"shape {dims}, dtype {dtype.str}{extra}, heap offset {offset}"
+    # every PE's call must match, arguments and place in the heap too (one message either way)
+    extra = (f", order {order}" if order != "C" else "") + (f", alignment {alignment}" if alignment != ALIGNMENT
+                                                            else "") + (f", hints {hints:#x}" if hints else "")
+    record = f"shape {dims}, dtype {dtype.str}{extra}, heap offset {offset}"
     try:
         wait_all(rt.boot.comm, fn, record=record)  # no PE writes into a peer's copy before the peer has it
     except PgasError:
@@ -302,8 +300,7 @@ def free(a) -> None:
     if rt.on_gpu:   # this PE's kernels and copies are done with it
         from numba import cuda
         cuda.synchronize()
-    record = f"heap offset {offset}" if rt.debug else None
-    wait_all(rt.boot.comm, "pgas.free", record=record)  # nobody may still be writing into it
+    wait_all(rt.boot.comm, "pgas.free", record=f"heap offset {offset}")  # nobody may still be writing into it
     rt.allocator.release(offset)
 
 
