@@ -321,6 +321,27 @@ def _overlapping(start: int, nbytes: int, base: int, size: int) -> bool:
     return start < base + size and base < start + nbytes
 
 
+def external_bytes(data, fn: str) -> tuple[int, int]:
+    """(address, bytes) of array ``data`` that a user registers (``register_buffer``,
+    ``register_symmetric``): C- or Fortran-contiguous and non-empty, else PgasValueError."""
+    if not contiguous_orders(data):
+        raise PgasValueError(f"{fn}: a must be C-contiguous or Fortran-contiguous, got a strided array "
+                             "(register the array it is a view of)")
+    address, _, _, itemsize = array_span(data, fn, "a")
+    nbytes = data.size * itemsize
+    if nbytes == 0:
+        raise PgasValueError(f"{fn}: a must have at least one byte, got an empty array")
+    return address, nbytes
+
+
+def heap_holding(rt: Runtime, address: int, nbytes: int) -> int | None:
+    """The PE whose heap (as mapped here) shares bytes with [address, address + nbytes), or None."""
+    for pe, base in enumerate(rt.heap.bases):
+        if base is not None and _overlapping(address, nbytes, base, rt.heap.size):
+            return pe
+    return None
+
+
 def register_buffer(a):
     """register_buffer(a)
 
@@ -353,18 +374,12 @@ def register_buffer(a):
     fn = "pgas.register_buffer"
     rt = runtime(fn)
     data = as_ndarray(a, fn, "a")
-    if not contiguous_orders(data):
-        raise PgasValueError(f"{fn}: a must be C-contiguous or Fortran-contiguous, got a strided array "
-                             "(register the array it is a view of)")
-    address, _, _, itemsize = array_span(data, fn, "a")
-    nbytes = data.size * itemsize
-    if nbytes == 0:
-        raise PgasValueError(f"{fn}: a must have at least one byte, got an empty array")
-    for pe, base in enumerate(rt.heap.bases):
-        if base is not None and _overlapping(address, nbytes, base, rt.heap.size):
-            whose = "this PE's" if pe == rt.my_pe else f"PE {pe}'s (a view from peer_array)"
-            raise PgasValueError(f"{fn}: a is symmetric memory (in {whose} heap), which needs no registration; "
-                                 "register only memory pgas did not allocate")
+    address, nbytes = external_bytes(data, fn)
+    pe = heap_holding(rt, address, nbytes)
+    if pe is not None:
+        whose = "this PE's" if pe == rt.my_pe else f"PE {pe}'s (a view from peer_array)"
+        raise PgasValueError(f"{fn}: a is symmetric memory (in {whose} heap), which needs no registration; "
+                             "register only memory pgas did not allocate")
     registered = rt.transports.registered
     for start, (size, _, _) in registered.items():
         if _overlapping(address, nbytes, start, size):

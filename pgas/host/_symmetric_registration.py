@@ -16,7 +16,7 @@ from ..core._errors import PgasError, PgasValueError
 from ..runtime._arrays import array_span, as_ndarray
 from ..runtime._barrier import wait_all
 from ..runtime._state import Runtime, runtime
-from ._memory import _device_array, _overlapping
+from ._memory import _device_array, external_bytes, heap_holding
 
 __all__ = ["register_symmetric", "unregister_symmetric", "register_external_buffer", "unregister_external_buffer"]
 
@@ -25,21 +25,14 @@ def _round_up(n: int, to: int) -> int:
     return (n + to - 1) // to * to
 
 
-def _source(rt: Runtime, data, fn: str) -> tuple[str, int]:
+def _source(rt: Runtime, data, fn: str, page: int) -> tuple[str, int]:
     """(path, file offset) of the shared file behind ``data``, after the checks of its shape
     and place; PgasValueError naming what is wrong."""
-    if not (data.flags.c_contiguous or data.flags.f_contiguous):
-        raise PgasValueError(f"{fn}: a must be C-contiguous or Fortran-contiguous, got a strided array")
-    address, _, _, itemsize = array_span(data, fn, "a")
-    nbytes = data.size * itemsize
-    if nbytes == 0:
-        raise PgasValueError(f"{fn}: a must have at least one byte, got an empty array")
-    for base in rt.heap.bases:
-        if base is not None and _overlapping(address, nbytes, base, rt.heap.size):
-            raise PgasValueError(f"{fn}: a is already symmetric memory (in a heap): register only memory "
-                                 "pgas did not allocate")
+    address, nbytes = external_bytes(data, fn)
+    if heap_holding(rt, address, nbytes) is not None:
+        raise PgasValueError(f"{fn}: a is already symmetric memory (in a heap): register only memory "
+                             "pgas did not allocate")
     source = rt.heap.shared_file_of(address, nbytes, fn, "a")
-    page = os.sysconf("SC_PAGE_SIZE")
     if address % page:
         raise PgasValueError(f"{fn}: a must start at a page boundary (a multiple of {page} bytes), got "
                              f"address {address:#x}: register the whole shared memory block, then slice the "
@@ -80,8 +73,9 @@ def register_symmetric(a):
                         "(or use pgas.register_buffer for the local side of RMA)")
     data = as_ndarray(a, fn, "a")
     nbytes = data.size * data.itemsize
+    page = os.sysconf("SC_PAGE_SIZE")
     try:
-        path, file_offset = _source(rt, data, fn)
+        path, file_offset = _source(rt, data, fn, page)
         refusal = None
     except PgasValueError as exc:
         refusal = exc
@@ -94,8 +88,8 @@ def register_symmetric(a):
             raise
     if refusal is not None:
         raise refusal
-    mapped = _round_up(nbytes, os.sysconf("SC_PAGE_SIZE"))
-    offset = rt.allocator.allocate(mapped, os.sysconf("SC_PAGE_SIZE"))
+    mapped = _round_up(nbytes, page)
+    offset = rt.allocator.allocate(mapped, page)
     sources = rt.boot.node_comm.allgather((path, file_offset))
     done, failure = [], None
     try:

@@ -24,8 +24,8 @@ from ._memory import _device_array
 from ._sync import team_barrier
 from ._team_names import check_new_name, forget_team, name_team, team_named
 
-__all__ = ["get_multicast_array", "get_multicast_buffer", "team_split_strided", "team_split_2d", "team_init", "get_team_unique_id", "TeamUniqueId", "TeamConfig",
-           "team_my_pe", "team_n_pes", "team_translate_pe", "team_destroy", "team_ptr", "barrier", "sync"]
+__all__ = ["get_multicast_array", "get_multicast_buffer", "team_split_strided", "team_split_2d", "team_init",
+           "get_team_unique_id", "TeamUniqueId", "TeamConfig", "team_my_pe", "team_n_pes", "team_translate_pe", "team_destroy", "team_ptr", "barrier", "sync"]
 
 
 def _free_slots(rt: Runtime, parent: Team, count: int, fn: str, comm=None) -> list[int]:

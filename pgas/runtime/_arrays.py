@@ -16,12 +16,10 @@ def as_ndarray(arr, fn: str, what: str):
     """The array behind ``arr``: a numpy array (on the simulator also behind its device
     arrays), or on the cuda backend a numba device array (wrapping, zero-copy, any object
     with ``__cuda_array_interface__`` such as a CuPy array or a PyTorch tensor)."""
-    if backend_name() == "cuda" and _gpu_array(arr):
-        from numba import cuda
-        from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase
-        if isinstance(arr, DeviceNDArrayBase):
-            return arr
-        return _from_dlpack(arr) if _bfloat16_tensor(arr) else cuda.as_cuda_array(arr)
+    if backend_name() == "cuda":
+        on_gpu = _gpu_array(arr, fn, what)
+        if on_gpu is not None:
+            return on_gpu
     while not isinstance(arr, np.ndarray):
         inner = arr.__dict__.get("_item", arr.__dict__.get("_ary")) if hasattr(arr, "__dict__") else None
         if inner is None:
@@ -32,32 +30,32 @@ def as_ndarray(arr, fn: str, what: str):
     return arr
 
 
-def _gpu_array(arr) -> bool:
+def _gpu_array(arr, fn: str, what: str):
+    """``arr`` as a numba device array when it is GPU memory (its ``__cuda_array_interface__``,
+    read once: a CuPy array or PyTorch tensor builds it at each read), else None."""
     try:
-        return hasattr(arr, "__cuda_array_interface__")
+        interface = getattr(arr, "__cuda_array_interface__", None)
     except TypeError:       # PyTorch's bfloat16 tensors: no typestr for it (DLPack has one)
-        return hasattr(arr, "__dlpack__")
+        return _from_dlpack(arr, fn, what) if hasattr(arr, "__dlpack__") else None
+    if interface is None:
+        return None
+    from numba import cuda
+    from numba.cuda.cudadrv.devicearray import DeviceNDArrayBase
+    return arr if isinstance(arr, DeviceNDArrayBase) else cuda.from_cuda_array_interface(interface, owner=arr)
 
 
-def _bfloat16_tensor(arr) -> bool:
-    try:
-        arr.__cuda_array_interface__
-        return False
-    except TypeError:
-        return True
-
-
-def _from_dlpack(arr):
+def _from_dlpack(arr, fn: str, what: str):
     """A numba device array over a GPU tensor that only DLPack describes (bfloat16)."""
     from cuda.core.utils import StridedMemoryView
 
+    from ..core._gpu_arrays import device_array_at
     from ..core._reductions import BFLOAT16
     view = StridedMemoryView.from_dlpack(arr, stream_ptr=-1)
     dtype = np.dtype(view.dtype)
     if dtype != BFLOAT16:
-        raise PgasValueError(f"got a GPU tensor of dtype {dtype} without __cuda_array_interface__")
+        raise PgasValueError(f"{fn}: {what} is a GPU tensor of dtype {dtype} without __cuda_array_interface__; "
+                             "pgas takes those of bfloat16 only (through DLPack)")
     strides = None if view.strides is None else tuple(k * dtype.itemsize for k in view.strides)
-    from ..core._gpu_arrays import device_array_at
     return device_array_at(view.ptr, view.shape, dtype, strides, owner=arr)
 
 

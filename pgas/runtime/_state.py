@@ -57,7 +57,8 @@ class Runtime:
     # Host collective calls kept for repeats, by collective, team, options and the ids of
     # dest and src (_collectives).
     collective_plans: dict = field(init=False, default_factory=dict)
-    # Memory made symmetric by register_symmetric: heap offset -> (bytes mapped, the array).
+    # Memory made symmetric by register_symmetric: heap offset -> (bytes mapped (whole pages),
+    # the array's bytes, the user's array).
     symmetric_registrations: dict = field(init=False, default_factory=dict)
     # How this PE reaches each PE (load/store or the NIC); set by init once the heap is up.
     transports: Transports | None = field(init=False, default=None)

@@ -14,9 +14,8 @@ import os
 
 from ..core._errors import PgasError, PgasValueError
 
-__all__ = ["PAGE", "map_fixed", "shared_file_of"]
+__all__ = ["map_fixed", "shared_file_of"]
 
-PAGE = mmap.PAGESIZE
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 _libc = ctypes.CDLL(None, use_errno=True)

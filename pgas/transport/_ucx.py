@@ -154,7 +154,6 @@ class Ucx:
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
         on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers = target.callbacks()
-        batch.batch_code()      # the symbols the native calls call (compiled, or loaded from numba's cache)
         self._post, self._free_slots, self._flush, self._first_unanswered = post, free_slots, flush, first_unanswered
         # the target: this PE's heap, how answers are sent (header copied), where rendezvous
         # data is received
