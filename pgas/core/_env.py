@@ -103,6 +103,10 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
     Variable("PGAS_STATE_ADDRESS", "0x7e0000000000", _user_address,
              "cuda backend: the fixed virtual address of the device state block that kernels read "
              "(change it only if pgas.init says the driver could not reserve it; the same on every PE)"),
+    Variable("PGAS_CHECK", "0", _parse_bool,
+             "1 (simulator backend): the checker: data races on symmetric memory, operations never "
+             "completed, collectives whose arguments differ between PEs; reports at finalize, and the "
+             "run fails when it found anything (docs/checker.md)"),
     Variable("PGAS_DEBUG", "0", _parse_bool,
              "1: extra checks: every PE makes the same allocations; the symmetric arguments of device "
              "functions and host calls lie inside live symmetric arrays (catches use after free)"),

@@ -36,3 +36,9 @@ from ._team_names import Teams  # noqa: F401
 __all__ = (_init_all + _memory_all + _rma_all + _signal_all + _atomics_all + _sync_all + _teams_all
            + _collectives_all + _info_all + _locks_all + _scans_all + _contexts_all
            + _point_sync_all + _accessible_all + _named_collectives_all + _symmetric_registration_all + ["Teams"])
+
+from ..check import enabled as _checking  # noqa: E402
+
+if _checking():     # PGAS_CHECK=1: the calls the checker models record themselves
+    from ..check._host import checked_host_api as _checked_host_api
+    _checked_host_api(globals(), __all__)

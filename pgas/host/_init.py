@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 
+from .. import check
 from ..core import _job
 from ..core._backend import backend_name, gpu_usable
 from ..core._env import setting, unknown_settings
@@ -141,6 +142,7 @@ def init(comm=None, *, mpi_comm=None, initializer_method=None, device=None, uid=
     if _state.current() is not None:
         _depth += 1
         return
+    check.refuse_on_gpu()
     heap_class = _heap_class()
     device = _device_index(device)
     size = setting("PGAS_SYMMETRIC_SIZE")
@@ -160,6 +162,7 @@ def init(comm=None, *, mpi_comm=None, initializer_method=None, device=None, uid=
         heap.close()
         raise
     _state.start(rt)
+    check.begin(rt)
     _failure.install_hooks(boot.n_pes, heap.device_arrays)
     _job.mark_live()
     wait_all(boot.comm, "pgas.init")
@@ -175,6 +178,7 @@ def finalize() -> None:
     if _depth > 1:
         _depth -= 1
         return
+    found = check.end(rt)
     rt.transports.quiet("pgas.finalize")
     wait_all(rt.boot.comm, "pgas.finalize")   # after it nobody sends this PE's NIC requests
     rt.transports.close()
@@ -190,6 +194,8 @@ def finalize() -> None:
     _job.mark_finalized()
     _state.stop()
     _depth = 0
+    if found:    # PGAS_CHECK=1 found problems (PE 0 printed them): the run fails
+        raise SystemExit(1)
 
 
 def is_initialized() -> bool:

@@ -23,6 +23,7 @@ from ..core._device_errors import LOCK_DTYPE, arrivals_waited_for, describe, dev
 from ..core._errors import PgasError, PgasTimeoutError, PgasValueError
 from ..core._reductions import identity, reduce_into, reduction_ufunc
 from ..core._waiting import Wait, check_cmp, compare, wait_for_value as _wait_for_value
+from .. import check
 from ..runtime import _state as _runtime
 from ..runtime._arrays import as_ndarray
 from ..runtime._team_table import team_of
@@ -327,7 +328,11 @@ def wait_pause(fn: str, clock: Wait, ivars: np.ndarray, index: int, what: str, c
 
 def device_function(function):
     """Every public device function, in the simulator: errors also name the calling PE
-    (numba's simulator adds the thread and block)."""
+    (numba's simulator adds the thread and block); under PGAS_CHECK=1 the calls the
+    checker models are recorded."""
+    if check.enabled() and check.MODELLED.match(function.__name__):
+        function = check.watch("device", function.__name__, function)
+
     @functools.wraps(function)
     def called_on_a_pe(*args):
         try:

@@ -1,0 +1,110 @@
+"""Host calls under PGAS_CHECK=1: recorded (``watch``), allocations placed in the
+replay's map of the heap, and collectives checked for agreement first: every member of
+the team must call the same collective with the same sizes, dtypes, root and op, else
+every member gets a PgasError naming what each PE called (instead of a hang or a
+silent corruption)."""
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+
+from ..core._constants import TEAM_WORLD
+from ..runtime import _state
+from ..runtime._arrays import as_ndarray
+from ..runtime._barrier import wait_all
+from ..runtime._team_table import team_of
+from . import watch
+from ._model import _ALLOCATIONS, _COLLECTIVES, MODELLED, bind
+from ._recorder import recorder
+
+__all__ = ["checked_host_api"]
+
+_SYNCS = ("barrier_all", "sync_all", "barrier", "sync")
+_ZEROED = ("zeros", "calloc")
+_VARIABLE_SIZES = ("collect",)     # each member's contribution may differ in size
+
+
+def checked_host_api(namespace: dict, names: list) -> None:
+    """Replace the host functions in ``namespace`` that the checker models by checked ones."""
+    for name in names:
+        function = namespace.get(name)
+        if not callable(function) or not MODELLED.match(name):
+            continue
+        if name in _ALLOCATIONS:
+            namespace[name] = _allocation(name, function)
+        elif name == "free":
+            namespace[name] = _free(function)
+        elif _COLLECTIVES.match(name) or name in _SYNCS:
+            namespace[name] = _agreeing(name, watch("host", name, function))
+        else:
+            namespace[name] = watch("host", name, function)
+
+
+def _describe(name: str, value) -> str:
+    if name in ("stream",):
+        return ""
+    if hasattr(value, "__cuda_array_interface__") or isinstance(value, np.ndarray):
+        try:
+            data = as_ndarray(value, "pgas check", name)
+        except Exception:
+            return f"{name}={type(value).__name__}"
+        return f"{name}={data.dtype}{list(data.shape)}"
+    return f"{name}={value!r}"
+
+
+def _agreeing(name: str, function):
+    @functools.wraps(function)
+    def agreed(*args, **kwargs):
+        rt = _state.current()
+        if rt is not None and recorder() is not None:
+            arguments = bind(function, args, kwargs)
+            team = team_of(rt, arguments.get("team", TEAM_WORLD), f"pgas.{name}")
+            shown = [_describe(k, v) for k, v in arguments.items() if k != "team"
+                     and not (name in _VARIABLE_SIZES and k in ("src", "dest"))]
+            wait_all(team.comm, f"pgas.{name}", team.pes, record=", ".join(s for s in shown if s))
+        return function(*args, **kwargs)
+    return agreed
+
+
+def _allocation(name: str, function):
+    @functools.wraps(function)
+    def allocate(*args, **kwargs):
+        rec = recorder()
+        if rec is None:
+            return function(*args, **kwargs)
+        start = time.monotonic_ns()
+        site = rec.site()
+        array = function(*args, **kwargs)
+        data = as_ndarray(array, f"pgas.{name}", "array")
+        placed = rec.place(data)
+        if placed is not None:
+            fill = bind(function, args, kwargs).get("value", None) if name == "full" else None
+            zeroed = name in _ZEROED or (fill is not None and np.all(np.asarray(fill) == 0))
+            rec.add("release", ("team", TEAM_WORLD), t=start)
+            rec.add("allocate", (placed[1], placed[2], site, data.dtype.str, data.shape, bool(zeroed)), t=start)
+            rec.add("acquire", ("team", TEAM_WORLD))
+        return _watched(array)
+    return allocate
+
+
+def _watched(array):
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    from ._watched import WatchedArray
+    if type(array) is FakeCUDAArray:
+        return WatchedArray(array._ary, array.stream)
+    return array
+
+
+def _free(function):
+    @functools.wraps(function)
+    def free(a):
+        rec = recorder()
+        if rec is not None:
+            rec.add("release", ("team", TEAM_WORLD))
+        function(a)
+        if rec is not None:
+            rec.add("acquire", ("team", TEAM_WORLD))
+    return free

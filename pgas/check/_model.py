@@ -1,0 +1,341 @@
+"""What each pgas call means to the checker: the memory it touches and the order it makes.
+
+``record_call`` turns one host or device call (its name and bound arguments, after it
+returned) into events of ``_recorder``:
+
+- ``access``: an ``Access`` of one byte range of a PE's symmetric heap. ``pending``: the
+  PE whose ``quiet`` completes it (a put's write at the target, an nbi put's read of its
+  source), or -1 when it is complete on return (a get, a fetching atomic);
+- ``quiet`` (the PEs it completes, None: all), ``fence``;
+- ``release`` / ``acquire`` of a channel: a team's barrier and collectives (``("team",
+  handle)``), a lock, the threads of a warp or block;
+- ``wait``: a wait or test that saw ``value`` in a word: it acquires what the write that
+  put ``value`` there released.
+
+The meanings follow docs/device_api.md "Ordering" and docs/checker.md "The model".
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+from ..core._constants import SIGNAL_ADD, TEAM_WORLD
+from ..runtime._arrays import as_ndarray
+
+__all__ = ["Access", "record_call", "MODELLED"]
+
+
+class Access(NamedTuple):
+    owner: int          # the PE whose heap holds the bytes
+    lo: int             # heap offsets [lo, hi)
+    hi: int
+    write: bool
+    atomic: bool
+    rma: bool           # issued through pgas (put, get, atomics...), not a plain load or store
+    pending: int        # the PE whose quiet completes it; -1: complete on return
+    op: str             # the call, e.g. "pgas.device.put"
+    site: str           # file:line of the user's call
+    value: object = None      # single words: the value written, where known
+    update: tuple = ()        # an atomic update whose result is not known here: (op, operand)
+    carries: bool = False     # a put_signal's signal: delivered after the put before it
+
+
+_SCOPE = re.compile(r"_(warp|block)$")
+_COPIES = re.compile(r"^(put|get)(_nbi)?(_warp|_block)?$")
+_PUT_SIGNAL = re.compile(r"^put_signal(_nbi)?(_warp|_block)?$")
+_SYNCS = re.compile(r"^(barrier_all|sync_all|barrier|sync)(_warp|_block)?$")
+_COLLECTIVES = re.compile(r"^(alltoall|broadcast|fcollect|collect|reduce|reducescatter|collective_on_buffer"
+                          r"|(sum|prod|min|max|and|or|xor)_(reduce|reducescatter|inscan|exscan))(_warp|_block)?$")
+_ATOMIC_UPDATES = {"atomic_add": "add", "atomic_inc": "add", "atomic_and": "and", "atomic_or": "or",
+                   "atomic_xor": "xor", "atomic_set": "set"}
+_WAITS = re.compile(r"^(wait_until|test)(_all|_any|_some)?(_vector)?$")
+_ALLOCATIONS = ("empty", "zeros", "full", "calloc", "align", "malloc_with_hints", "buffer")
+MODELLED = re.compile("|".join(p.pattern for p in (_COPIES, _PUT_SIGNAL, _SYNCS, _COLLECTIVES, _WAITS))
+                      + r"|^(p|g|iput|iget|ibput|ibget|quiet|fence|pe_quiet|signal_op|signal_add|signal_set"
+                        r"|signal_fetch|signal_wait_until|signal_wait|set_lock|clear_lock|test_lock|free"
+                        r"|atomic_\w+|" + "|".join(_ALLOCATIONS) + ")$")
+
+_signatures: dict = {}
+
+
+def bind(function, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments by parameter name (defaults filled in)."""
+    sig = _signatures.get(function)
+    if sig is None:
+        sig = _signatures[function] = inspect.signature(function)
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
+
+
+def _array(arr):
+    try:
+        return as_ndarray(arr, "pgas check", "array")
+    except Exception:       # not an array: the call itself has said so
+        return None
+
+
+def _span_of(rec, arr):
+    data = _array(arr)
+    return None if data is None else rec.place(data)
+
+
+def _strided(arr, stride, count, block=1):
+    """The elements a strided call touches, as one covering view (flat)."""
+    data = _array(arr)
+    if data is None or count <= 0:
+        return None
+    flat = data.reshape(-1)
+    return flat[:(count - 1) * stride + block]
+
+
+def _scalar(value):
+    try:
+        return np.asarray(value).item()
+    except Exception:
+        return None
+
+
+def _word_value(rec, arr):
+    """The value of this PE's ``arr[0]`` now."""
+    data = _array(arr)
+    return None if data is None or data.size == 0 else data.reshape(-1)[0].item()
+
+
+class _Call:
+    """One call being turned into events: every event gets the call's site and the time
+    before (writes, releases) or after it (acquires)."""
+
+    def __init__(self, rec, op: str, t_before: int, t_after: int):
+        self.rec, self.op, self.t0, self.t1 = rec, op, t_before, t_after
+        self.site = rec.site()
+        self.thread = rec.thread()
+
+    def event(self, kind, data, after=False):
+        self.rec.add(kind, data, self.thread, self.t1 if after else self.t0)
+
+    def access(self, arr, pe, write, *, rma=True, pending=-1, atomic=False, value=None, update=(),
+               carries=False, whole=None):
+        """An access of PE ``pe``'s copy of symmetric ``arr`` (``whole``: the view it covers)."""
+        data = whole if whole is not None else _array(arr)
+        if data is None:
+            return
+        placed = self.rec.place(data)
+        if placed is None:
+            return
+        owner, lo, hi = placed
+        if owner == self.rec.pe and pe != self.rec.pe:
+            owner = pe                        # the same offsets in PE pe's heap
+        self.event("access", Access(owner, lo, hi, write, atomic, rma, pending, self.op, self.site, value,
+                                    update, carries))
+
+    def local(self, arr, write, pending=-1, whole=None):
+        """The caller's own (maybe symmetric) buffer: the source or destination of RMA."""
+        self.access(arr, self.rec.pe, write, pending=pending, whole=whole)
+
+
+def _team_key(team) -> tuple:
+    handle = getattr(team, "handle", team)
+    try:
+        return ("team", int(handle))
+    except (TypeError, ValueError):
+        return ("team", id(team))
+
+
+def record_call(rec, layer: str, name: str, args: dict, result, t_before: int, t_after: int) -> None:
+    """The events of call ``name`` (``layer``: "host" or "device") that returned ``result``."""
+    c = _Call(rec, f"pgas.{'device.' if layer == 'device' else ''}{name}", t_before, t_after)
+    me = rec.pe
+    group = _SCOPE.search(name)
+    if group:     # every thread of the warp or block calls it: one records the data, all are ordered
+        channel = ("group", me, c.thread[1], c.thread[2], group.group(1), c.thread[3][0] // 32
+                   if group.group(1) == "warp" else 0)
+        first = c.thread[0] != "kernel" or _group_rank(c.thread, group.group(1)) == 0
+    else:
+        first = True
+    base = _SCOPE.sub("", name)
+    if first:
+        _record_base(c, me, base, name, args, result)
+    if group:
+        c.event("release", channel)
+        c.event("acquire", channel, after=True)
+
+
+def _group_rank(thread, scope):
+    x = thread[3][0]
+    return x % 32 if scope == "warp" else x
+
+
+def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result) -> None:
+    copy = _COPIES.match(base)
+    if copy:
+        nbi = bool(copy.group(2))
+        pe = int(a["pe"])
+        dest = a.get("dest", a.get("dst"))
+        if copy.group(1) == "put":
+            c.local(a["src"], False, pending=pe if nbi else -1)
+            c.access(dest, pe, True, pending=pe)
+        else:
+            c.access(a["src"], pe, False, pending=pe if nbi else -1)
+            c.local(dest, True, pending=pe if nbi else -1)
+        return
+    signal = _PUT_SIGNAL.match(base)
+    if signal:
+        nbi = bool(signal.group(1))
+        pe = int(a["pe"])
+        c.local(a["src"], False, pending=pe if nbi else -1)
+        c.access(a.get("dest", a.get("dst")), pe, True, pending=pe)
+        _signal_update(c, a["signal"], a["value"], a["sig_op"], pe, carries=True)
+        return
+    if base in ("p", "g"):
+        pe = int(a["pe"])
+        if base == "p":
+            c.access(a["dest"], pe, True, pending=pe, value=_scalar(a["value"]), whole=_first(a["dest"]))
+        else:
+            c.access(a["src"], pe, False, whole=_first(a["src"]))
+        return
+    if base in ("iput", "iget", "ibput", "ibget"):
+        _strided_copy(c, base, a)
+        return
+    if base in ("signal_op", "signal_add", "signal_set"):
+        sig_op = a.get("sig_op", SIGNAL_ADD if base == "signal_add" else 0 if base == "signal_set" else None)
+        _signal_update(c, a["signal"], a["value"], sig_op, int(a["pe"]))
+        return
+    if base.startswith("atomic_"):
+        _atomic(c, base, a, result)
+        return
+    if base in ("quiet", "pe_quiet"):
+        c.event("quiet", None if base == "quiet" else tuple(int(pe) for pe in a["pes"]))
+        return
+    if base == "fence":
+        c.event("fence", None)
+        return
+    sync = _SYNCS.match(base)
+    if sync:
+        if base.startswith("barrier"):
+            c.event("quiet", None)
+        key = _team_key(a["team"]) if "team" in a else ("team", TEAM_WORLD)
+        c.event("release", key)
+        c.event("acquire", key, after=True)
+        return
+    if _COLLECTIVES.match(base):
+        key = _team_key(a.get("team", TEAM_WORLD))
+        c.event("release", key)
+        c.event("acquire", key, after=True)
+        return
+    if _WAITS.match(base) or base in ("signal_wait_until", "signal_wait", "signal_fetch"):
+        _wait(c, base, a, result)
+        return
+    if base in ("set_lock", "test_lock"):
+        if base == "set_lock" or int(result) == 0:
+            c.event("acquire", _lock_key(c, a["lock"]), after=True)
+        return
+    if base == "clear_lock":
+        c.event("quiet", None)
+        c.event("release", _lock_key(c, a["lock"]))
+        return
+
+
+def _first(arr):
+    data = _array(arr)
+    return None if data is None or data.size == 0 else data.reshape(-1)[:1]
+
+
+def _lock_key(c: _Call, lock) -> tuple:
+    placed = _span_of(c.rec, lock)
+    return ("lock", placed[1] if placed else id(lock))
+
+
+def _signal_update(c: _Call, signal, value, sig_op, pe: int, carries: bool = False) -> None:
+    value = _scalar(value)
+    if sig_op == SIGNAL_ADD:
+        c.access(signal, pe, True, pending=pe, atomic=True, update=("add", value), carries=carries,
+                 whole=_first(signal))
+    else:
+        c.access(signal, pe, True, pending=pe, atomic=True, value=value, carries=carries, whole=_first(signal))
+
+
+def _atomic(c: _Call, base: str, a: dict, result) -> None:
+    pe = int(a["pe"])
+    dest = _first(a["dest"])
+    operand = _scalar(a.get("value", 1))
+    if base in _ATOMIC_UPDATES:        # non-fetching: delivered by quiet
+        op = _ATOMIC_UPDATES[base]
+        if op == "set":
+            c.access(None, pe, True, pending=pe, atomic=True, value=operand, whole=dest)
+        else:
+            c.access(None, pe, True, pending=pe, atomic=True, update=(op, operand), whole=dest)
+        return
+    nbi = base.endswith("_nbi")
+    old = _word_value(c.rec, a["fetch"]) if nbi else _scalar(result)
+    kind = base[len("atomic_"):-len("_nbi")] if nbi else base[len("atomic_"):]
+    if kind == "fetch":
+        c.access(None, pe, False, atomic=True, whole=dest)
+    else:
+        new = _after(kind, old, operand, _scalar(a.get("cond")))
+        c.access(None, pe, True, atomic=True, value=new, whole=dest)
+    if nbi:
+        c.local(a["fetch"], True, whole=_first(a["fetch"]))
+
+
+def _after(kind: str, old, operand, cond):
+    """The value an atomic leaves in the word, from the old value it fetched."""
+    if old is None:
+        return None
+    try:
+        if kind in ("swap",):
+            return operand
+        if kind == "compare_swap":
+            return operand if old == cond else old
+        if kind in ("fetch_inc",):
+            return old + 1
+        if kind == "fetch_add":
+            return old + operand
+        if kind == "fetch_and":
+            return old & operand
+        if kind == "fetch_or":
+            return old | operand
+        if kind == "fetch_xor":
+            return old ^ operand
+    except TypeError:
+        return None
+    return None
+
+
+def _strided_copy(c: _Call, base: str, a: dict) -> None:
+    pe = int(a["pe"])
+    blocked = base.startswith("ib")
+    count = int(a["nblocks"] if blocked else a["nelems"])
+    block = int(a["blocksize"]) if blocked else 1
+    dest = _strided(a["dest"], int(a["dst_stride"]), count, block)
+    src = _strided(a["src"], int(a["src_stride"]), count, block)
+    if base.endswith("put"):
+        c.local(None, False, whole=src)
+        c.access(None, pe, True, pending=pe, whole=dest)
+    else:
+        c.access(None, pe, False, whole=src)
+        c.local(None, True, whole=dest)
+
+
+def _wait(c: _Call, base: str, a: dict, result) -> None:
+    """A wait or successful test acquires from each word it read."""
+    if base.startswith("test") and not base.startswith("test_some"):
+        if base in ("test", "test_all", "test_all_vector"):
+            if not result:
+                return
+        elif int(result) < 0:
+            return
+    ivars = a.get("ivars", a.get("ivar", a.get("signal")))
+    data = _array(ivars)
+    if data is None:
+        return
+    placed = c.rec.place(data)
+    if placed is None:
+        return
+    flat = data.reshape(-1)
+    words = flat.size if re.search(r"_(all|any|some)", base) else min(flat.size, 1)
+    for i in range(words):
+        c.event("wait", (placed[0], placed[1] + i * flat.itemsize, flat[i].item()), after=True)

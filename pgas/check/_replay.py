@@ -1,0 +1,369 @@
+"""The checker's analysis: every PE's events replayed in time order with vector clocks.
+
+Each thread (a PE's host thread, or one simulated CUDA thread of one launch) has a vector
+clock. Its own component ``("p", thread)`` counts its events (program order). A call
+that completes at ``quiet`` (a put's write at the target, an nbi get) is an event of
+``("o", thread, target)`` instead: the thread's clock holds, for each target, how far its
+``quiet`` has completed, so the operation is ordered before what follows that quiet
+only. A ``fence`` lets later operations to the same target carry the earlier ones;
+a ``put_signal``'s signal carries its own put (a ``("ps", thread, n)`` component).
+
+Synchronization moves clocks: a barrier, collective, lock or block synchronization
+releases the thread's clock into a channel and acquires the channel's; a wait acquires
+what the write it saw released (a plain write releases what its thread knew then; an
+atomic update also passes on what earlier updates of the word released, as a release
+sequence). A kernel's threads start with the launching host thread's clock, and the
+host thread knows what they knew when the kernel ends; their operations not yet
+complete become the host thread's to complete.
+
+Two accesses race when they overlap, at least one writes, at least one went through
+pgas (a put, get, atomic...), they are not both atomic, and neither is ordered before
+the other (FastTrack's rule: the earlier one's own component against the later one's
+clock). A race is reported once per pair of source lines.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from ._model import Access
+
+__all__ = ["replay", "Finding"]
+
+
+@dataclass
+class _Seen:
+    """An access kept in the shadow memory: what it was and who made it, when."""
+    comp: tuple
+    val: int
+    pe: int
+    thread: tuple
+    access: Access
+    alt: tuple | None = None       # a put_signal's put: also ordered where ("ps", ...) is known
+
+
+@dataclass
+class Finding:
+    """One problem: ``kind`` ("race", "incomplete"), its two accesses (the second None
+    for an operation never completed) and the advice."""
+    kind: str
+    first: _Seen
+    second: _Seen | None
+    advice: str
+    allocation: tuple | None = None    # (site, dtype, shape, first byte) of the array
+
+
+@dataclass
+class _Thread:
+    key: tuple
+    vc: dict
+    n: int = 0
+    fenced: dict = field(default_factory=dict)      # target -> counter at the last fence
+    pending: list = field(default_factory=list)     # (target, counter, _Seen)
+    targets: set = field(default_factory=set)
+    last: _Seen | None = None                       # the last access (a put_signal's put)
+    waited_for: dict = field(default_factory=dict)  # issuing thread -> the write a wait saw
+
+
+@dataclass
+class _Retired:
+    """A finished kernel thread's components, answered by its launching host thread."""
+    host: tuple
+    at: int          # the host thread's counter when the kernel ended
+    done: int        # for an "o" component: how far the kernel thread had completed
+
+
+def _join(into: dict, other: dict) -> None:
+    for k, v in other.items():
+        if into.get(k, 0) < v:
+            into[k] = v
+
+
+class _Segments:
+    """Shadow memory of one PE's heap: disjoint byte ranges, each with the writes and
+    reads not yet known to be ordered before later accesses."""
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.items: list[list] = []      # [lo, hi, writes {comp: _Seen}, reads {comp: _Seen}]
+
+    def _split(self, at: int) -> None:
+        i = bisect.bisect_right(self.starts, at) - 1
+        if i >= 0:
+            lo, hi, w, r = self.items[i]
+            if lo < at < hi:
+                self.items[i] = [lo, at, w, r]
+                self.starts.insert(i + 1, at)
+                self.items.insert(i + 1, [at, hi, dict(w), dict(r)])
+
+    def cover(self, lo: int, hi: int) -> list[list]:
+        """The segments that make up [lo, hi) exactly (gaps filled with empty ones)."""
+        self._split(lo)
+        self._split(hi)
+        i = bisect.bisect_left(self.starts, lo)
+        out, at = [], lo
+        while at < hi:
+            if i < len(self.starts) and self.starts[i] == at:
+                out.append(self.items[i])
+                at = self.items[i][1]
+                i += 1
+                continue
+            end = min(hi, self.starts[i]) if i < len(self.starts) else hi
+            seg = [at, end, {}, {}]
+            self.starts.insert(i, at)
+            self.items.insert(i, seg)
+            out.append(seg)
+            i += 1
+            at = end
+        return out
+
+    def clear(self, lo: int, hi: int) -> None:
+        for seg in self.cover(lo, hi):
+            seg[2].clear()
+            seg[3].clear()
+
+
+class _Replay:
+    def __init__(self):
+        self.threads: dict[tuple, _Thread] = {}
+        self.launch_clocks: dict[tuple, dict] = {}
+        self.retired: dict[tuple, _Retired] = {}
+        self.channels: dict[tuple, dict] = {}
+        self.words: dict[tuple, list] = {}          # (owner, offset) -> [(value, knowledge, _Seen)]
+        self.shadow: dict[int, _Segments] = {}
+        self.allocations: dict[int, list] = {}      # owner -> [(lo, hi, site, dtype, shape, zeroed)]
+        self.findings: dict[tuple, Finding] = {}
+
+    # Clocks ---------------------------------------------------------------------------
+
+    def thread(self, pe: int, thread: tuple) -> _Thread:
+        key = (pe, thread)
+        state = self.threads.get(key)
+        if state is None:
+            vc = dict(self.launch_clocks.get((pe, thread[1]), {})) if thread[0] == "kernel" else {}
+            state = self.threads[key] = _Thread(key, vc)
+        return state
+
+    def ordered(self, seen: _Seen, clock: dict) -> bool:
+        """Is access ``seen`` ordered before an event that knows ``clock``?"""
+        if clock.get(seen.comp, 0) >= seen.val:
+            return True
+        if seen.alt is not None and clock.get(seen.alt, 0) >= 1:
+            return True
+        retired = self.retired.get(seen.comp)
+        if retired is None:
+            return False
+        if seen.comp[0] == "p" or seen.val <= retired.done:
+            return clock.get(("p", retired.host), 0) >= retired.at
+        return clock.get(("o", retired.host, seen.comp[2]), 0) >= retired.at
+
+    # Events ---------------------------------------------------------------------------
+
+    def run(self, events: list) -> None:
+        for _, pe, thread, kind, data in events:
+            state = self.thread(pe, thread)
+            state.n += 1
+            state.vc[("p", state.key)] = state.n
+            getattr(self, "on_" + kind)(state, pe, data)
+
+    def on_access(self, t: _Thread, pe: int, a: Access) -> None:
+        if a.pending >= 0:
+            comp = ("o", t.key, a.pending)
+            knows = dict(t.vc)
+            knows[comp] = max(knows.get(comp, 0), t.fenced.get(a.pending, 0))
+            t.targets.add(a.pending)
+        else:
+            comp, knows = ("p", t.key), t.vc
+        seen = _Seen(comp, t.n, pe, t.key[1], a)
+        if a.carries and t.last is not None:          # put_signal: the signal carries its put
+            t.last.alt = ("ps", t.key, t.last.val)
+            knows = dict(knows) if knows is t.vc else knows
+            knows[t.last.alt] = 1
+        self.check(seen, knows)
+        if a.write and a.hi - a.lo <= 8:
+            self.written(seen, knows)
+        if a.pending >= 0:
+            t.pending.append((a.pending, t.n, seen))
+        t.last = seen
+
+    def check(self, new: _Seen, knows: dict) -> None:
+        a = new.access
+        segments = self.shadow.setdefault(a.owner, _Segments())
+        for seg in segments.cover(a.lo, a.hi):
+            writes, reads = seg[2], seg[3]
+            against = list(writes.values()) + (list(reads.values()) if a.write else [])
+            for old in against:
+                o = old.access
+                if (o.atomic and a.atomic) or not (o.rma or a.rma) or self.ordered(old, knows):
+                    continue
+                self.report(old, new, knows)
+            if a.write:
+                seg[2] = {c: s for c, s in writes.items() if not self.ordered(s, knows)}
+                seg[3] = {c: s for c, s in reads.items() if not self.ordered(s, knows)}
+                seg[2][new.comp] = new
+            else:
+                reads[new.comp] = new
+
+    def written(self, seen: _Seen, knows: dict) -> None:
+        """A write of one word: what a wait that sees its value acquires."""
+        a = seen.access
+        history = self.words.setdefault((a.owner, a.lo), [])
+        previous = history[-1] if history else None
+        value = a.value
+        if a.update:
+            before = previous[0] if previous else self.initial(a.owner, a.lo)
+            value = _apply(a.update, before)
+        released = dict(knows)
+        if a.atomic and previous is not None:         # a release sequence
+            _join(released, previous[1])
+        history.append((value, released, seen))
+        if len(history) > 64:
+            del history[:-64]
+
+    def initial(self, owner: int, offset: int):
+        for lo, hi, _, _, _, zeroed in reversed(self.allocations.get(owner, [])):
+            if lo <= offset < hi:
+                return 0 if zeroed else None
+        return None
+
+    def on_wait(self, t: _Thread, pe: int, data) -> None:
+        owner, offset, value = data
+        history = self.words.get((owner, offset), [])
+        match = [h for h in history if h[0] is not None and _same(h[0], value)]
+        if match:
+            _join(t.vc, match[-1][1])
+            t.waited_for[match[-1][2].comp[1]] = match[-1][2]
+        else:
+            for entry in history:
+                _join(t.vc, entry[1])
+                t.waited_for[entry[2].comp[1]] = entry[2]
+
+    def on_quiet(self, t: _Thread, pe: int, pes) -> None:
+        done = t.targets if pes is None else set(pes) & t.targets
+        for target in done:
+            t.vc[("o", t.key, target)] = t.n
+            t.fenced[target] = t.n
+        t.pending = [p for p in t.pending if p[0] not in done]
+
+    def on_fence(self, t: _Thread, pe: int, _) -> None:
+        for target in t.targets:
+            t.fenced[target] = t.n
+
+    def on_release(self, t: _Thread, pe: int, channel) -> None:
+        _join(self.channels.setdefault(channel, {}), t.vc)
+
+    def on_acquire(self, t: _Thread, pe: int, channel) -> None:
+        _join(t.vc, self.channels.get(channel, {}))
+
+    def on_launch(self, t: _Thread, pe: int, launch: int) -> None:
+        self.launch_clocks[(pe, launch)] = dict(t.vc)
+
+    def on_kernel_end(self, t: _Thread, pe: int, launch: int) -> None:
+        kernel = [k for k in self.threads if k[0] == pe and k[1][0] == "kernel" and k[1][1] == launch]
+        for key in kernel:
+            k = self.threads.pop(key)
+            _join(t.vc, k.vc)
+            self.retired[("p", key)] = _Retired(t.key, t.n, 0)
+            for target in k.targets:
+                self.retired[("o", key, target)] = _Retired(t.key, t.n, k.vc.get(("o", key, target), 0))
+                t.targets.add(target)
+            t.pending.extend((target, t.n, seen) for target, _, seen in k.pending)
+        for comp in [c for c in t.vc if c[0] in ("p", "o") and c[1][0] == pe and c[1][1][0] == "kernel"
+                     and c[1][1][1] == launch]:
+            del t.vc[comp]
+        self.launch_clocks.pop((pe, launch), None)
+
+    def on_allocate(self, t: _Thread, pe: int, data) -> None:
+        lo, hi, site, dtype, shape, zeroed = data
+        self.allocations.setdefault(pe, []).append(data)
+        self.shadow.setdefault(pe, _Segments()).clear(lo, hi)
+        for key in [k for k in self.words if k[0] == pe and lo <= k[1] < hi]:
+            del self.words[key]
+
+    def on_end(self, t: _Thread, pe: int, _) -> None:
+        for state in [s for s in self.threads.values() if s.key[0] == pe]:
+            for target, _, seen in state.pending:
+                key = ("incomplete", seen.access.site)
+                if key not in self.findings:
+                    self.findings[key] = Finding("incomplete", seen, None, (
+                        f"no quiet (or barrier) completes it before finalize: PE {target} may never see it "
+                        f"(add pgas.quiet() or dev.quiet() after it)"), self.allocation_of(seen.access))
+            state.pending = []
+
+    # Reports --------------------------------------------------------------------------
+
+    def allocation_of(self, a: Access):
+        for lo, hi, site, dtype, shape, _ in reversed(self.allocations.get(a.owner, [])):
+            if lo <= a.lo < hi:
+                return site, dtype, shape, lo
+        return None
+
+    def report(self, old: _Seen, new: _Seen, knows: dict) -> None:
+        key = ("race",) + tuple(sorted((old.access.site, new.access.site)))
+        if key in self.findings:
+            return
+        self.findings[key] = Finding("race", old, new, self.advice(old, new, knows), self.allocation_of(new.access))
+
+    def advice(self, old: _Seen, new: _Seen, knows: dict) -> str:
+        issuer = old.comp[1]
+        o, a = old.access, new.access
+        later = self.threads.get((new.pe, new.thread))
+        if old.comp[0] == "o" and knows.get(("p", issuer), 0) >= old.val:
+            if issuer == (new.pe, new.thread):
+                return (f"no quiet between the {_short(o.op)} at {o.site} and the {_what(a)} at {a.site} "
+                        f"(an nbi operation's buffers are in use until quiet)")
+            saw = later.waited_for.get(issuer) if later is not None else None
+            if saw is not None and saw.access.site != o.site:
+                via = f"the {_short(saw.access.op)} at {saw.access.site} that PE {new.pe} waited for"
+            else:
+                via = f"what PE {new.pe} synchronized on"
+            return (f"no quiet between the {_short(o.op)} at {o.site} and {via}: the {_short(o.op)} may not be "
+                    f"delivered yet (quiet() first; or fence() before a flag; or put_signal)")
+        if new.comp[0] == "o" and old.pe == new.pe and issuer == (new.pe, new.thread):
+            return (f"the {_short(a.op)} at {a.site} is not ordered after the {_short(o.op)} at {o.site} to the same "
+                    f"memory: fence() or quiet() between them")
+        return (f"nothing orders them: PE {old.pe} and PE {new.pe} do not synchronize between the two "
+                f"(a barrier, a collective, or a signal/flag wait after quiet)")
+
+
+def _short(op: str) -> str:
+    return op.rsplit(".", 1)[-1]
+
+
+def _what(a: Access) -> str:
+    if a.rma:
+        return _short(a.op)
+    return "store" if a.write else "load"
+
+
+def _same(a, b) -> bool:
+    try:
+        return a == b
+    except Exception:
+        return False
+
+
+def _apply(update: tuple, before):
+    op, operand = update
+    if before is None or operand is None:
+        return None
+    try:
+        if op == "add":
+            return before + operand
+        if op == "and":
+            return before & operand
+        if op == "or":
+            return before | operand
+        if op == "xor":
+            return before ^ operand
+    except TypeError:
+        return None
+    return None
+
+
+def replay(events: list) -> list[Finding]:
+    """The findings of a whole run's events (every PE's, any order: sorted here)."""
+    events = sorted(events, key=lambda e: e[0])
+    r = _Replay()
+    r.run(events)
+    return list(r.findings.values())
