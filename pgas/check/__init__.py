@@ -50,9 +50,10 @@ def end(rt) -> int:
     return finish(rt)
 
 
-def watch(layer: str, name: str, function):
+def watch(layer: str, name: str, function, aliases: dict | None = None):
     """``function`` (pgas's ``name``; ``layer`` "host" or "device") recording its calls
-    for the checker while a checked PE is running."""
+    for the checker while a checked PE is running; ``aliases``: other keyword names it
+    takes for its parameters (nvshmem4py's)."""
     @functools.wraps(function)
     def checked(*args, **kwargs):
         rec = recorder()
@@ -60,6 +61,8 @@ def watch(layer: str, name: str, function):
             return function(*args, **kwargs)
         start = time.monotonic_ns()
         result = function(*args, **kwargs)
+        if aliases and kwargs:
+            kwargs = {aliases.get(k, k): v for k, v in kwargs.items()}
         record_call(rec, layer, name, bind(function, args, kwargs), result, start, time.monotonic_ns())
         return result
     return checked

@@ -26,8 +26,9 @@ _ZEROED = ("zeros", "calloc")
 _VARIABLE_SIZES = ("collect",)     # each member's contribution may differ in size
 
 
-def checked_host_api(namespace: dict, names: list) -> None:
-    """Replace the host functions in ``namespace`` that the checker models by checked ones."""
+def checked_host_api(namespace: dict, names: list, aliases: dict) -> None:
+    """Replace the host functions in ``namespace`` that the checker models by checked ones
+    (``aliases``: nvshmem4py's keyword names -> pgas's)."""
     for name in names:
         function = namespace.get(name)
         if not callable(function) or not MODELLED.match(name):
@@ -37,21 +38,22 @@ def checked_host_api(namespace: dict, names: list) -> None:
         elif name == "free":
             namespace[name] = _free(function)
         elif _COLLECTIVES.match(name) or name in _SYNCS:
-            namespace[name] = _agreeing(name, watch("host", name, function))
+            namespace[name] = _agreeing(name, watch("host", name, function, aliases))
         else:
-            namespace[name] = watch("host", name, function)
+            namespace[name] = watch("host", name, function, aliases)
 
 
 def _describe(name: str, value) -> str:
-    if name in ("stream",):
+    """An argument as the members compare it: arrays by dtype and shape, not contents."""
+    if name == "stream":
         return ""
-    if hasattr(value, "__cuda_array_interface__") or isinstance(value, np.ndarray):
-        try:
-            data = as_ndarray(value, "pgas check", name)
-        except Exception:
-            return f"{name}={type(value).__name__}"
-        return f"{name}={data.dtype}{list(data.shape)}"
-    return f"{name}={value!r}"
+    if value is None or isinstance(value, (str, bytes, int, float, np.number, np.bool_)):
+        return f"{name}={value!r}"
+    try:
+        data = as_ndarray(value, "pgas check", name)
+    except Exception:
+        return f"{name}={type(value).__name__}"
+    return f"{name}={data.dtype}{list(data.shape)}"
 
 
 def _agreeing(name: str, function):

@@ -55,7 +55,7 @@ _WAITS = re.compile(r"^(wait_until|test)(_all|_any|_some)?(_vector)?$")
 _ALLOCATIONS = ("empty", "zeros", "full", "calloc", "align", "malloc_with_hints", "buffer")
 MODELLED = re.compile("|".join(p.pattern for p in (_COPIES, _PUT_SIGNAL, _SYNCS, _COLLECTIVES, _WAITS))
                       + r"|^(p|g|iput|iget|ibput|ibget|quiet|fence|pe_quiet|signal_op|signal_add|signal_set"
-                        r"|signal_fetch|signal_wait_until|signal_wait|set_lock|clear_lock|test_lock|free"
+                        r"|signal_fetch|signal_wait_until|signal_wait|set_lock|clear_lock|test_lock|free|flush"
                         r"|atomic_\w+|" + "|".join(_ALLOCATIONS) + ")$")
 
 _signatures: dict = {}
@@ -148,15 +148,18 @@ def _team_key(team) -> tuple:
 def record_call(rec, layer: str, name: str, args: dict, result, t_before: int, t_after: int) -> None:
     """The events of call ``name`` (``layer``: "host" or "device") that returned ``result``."""
     c = _Call(rec, f"pgas.{'device.' if layer == 'device' else ''}{name}", t_before, t_after)
+    c.layer = layer
     me = rec.pe
     group = _SCOPE.search(name)
+    base = _SCOPE.sub("", name)
     if group:     # every thread of the warp or block calls it: one records the data, all are ordered
         channel = ("group", me, c.thread[1], c.thread[2], group.group(1), c.thread[3][0] // 32
                    if group.group(1) == "warp" else 0)
-        first = c.thread[0] != "kernel" or _group_rank(c.thread, group.group(1)) == 0
+        # a barrier or collective: each thread takes part (its own quiet, its place in the team's order)
+        first = (c.thread[0] != "kernel" or _group_rank(c.thread, group.group(1)) == 0
+                 or bool(_SYNCS.match(base) or _COLLECTIVES.match(base)))
     else:
         first = True
-    base = _SCOPE.sub("", name)
     if first:
         _record_base(c, me, base, name, args, result)
     if group:
@@ -171,24 +174,23 @@ def _group_rank(thread, scope):
 
 def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result) -> None:
     copy = _COPIES.match(base)
-    if copy:
-        nbi = bool(copy.group(2))
-        pe = int(a["pe"])
-        dest = a.get("dest", a.get("dst"))
-        if copy.group(1) == "put":
-            c.local(a["src"], False, pending=pe if nbi else -1)
-            c.access(dest, pe, True, pending=pe)
-        else:
-            c.access(a["src"], pe, False, pending=pe if nbi else -1)
-            c.local(dest, True, pending=pe if nbi else -1)
-        return
     signal = _PUT_SIGNAL.match(base)
-    if signal:
-        nbi = bool(signal.group(1))
+    if copy or signal:
+        nbi = bool(copy.group(2) if copy else signal.group(1))
         pe = int(a["pe"])
-        c.local(a["src"], False, pending=pe if nbi else -1)
-        c.access(a.get("dest", a.get("dst")), pe, True, pending=pe)
-        _signal_update(c, a["signal"], a["value"], a["sig_op"], pe, carries=True)
+        dest, src = _array(a.get("dest", a.get("dst"))), _array(a["src"])
+        if dest is None or src is None:
+            return
+        if copy and copy.group(1) == "get":      # dest.size elements of PE pe's src
+            c.access(None, pe, False, pending=pe if nbi else -1, whole=_elements(src, dest.size))
+            c.local(None, True, pending=pe if nbi else -1, whole=dest)
+            return
+        c.local(None, False, pending=pe if nbi else -1, whole=src)   # src.size elements into dest
+        # a host put is complete on return (a device put's write only at quiet)
+        done = c.layer == "host" and not nbi and a.get("stream") is None
+        c.access(None, pe, True, pending=-1 if done else pe, whole=_elements(dest, src.size))
+        if signal:
+            _signal_update(c, a["signal"], a["value"], a["sig_op"], pe, carries=True)
         return
     if base in ("p", "g"):
         pe = int(a["pe"])
@@ -207,8 +209,9 @@ def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result) -> No
     if base.startswith("atomic_"):
         _atomic(c, base, a, result)
         return
-    if base in ("quiet", "pe_quiet"):
-        c.event("quiet", None if base == "quiet" else tuple(int(pe) for pe in a["pes"]))
+    if base in ("quiet", "pe_quiet", "flush"):   # flush: taken as quiet (it completes at least the sources)
+        pes = a.get("pes")
+        c.event("quiet", tuple(int(pe) for pe in np.atleast_1d(pes)) if base == "pe_quiet" else None)
         return
     if base == "fence":
         c.event("fence", None)
@@ -237,6 +240,12 @@ def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result) -> No
         c.event("quiet", None)
         c.event("release", _lock_key(c, a["lock"]))
         return
+
+
+def _elements(data, count: int):
+    """The first ``count`` elements of ``data`` in its memory order (C or Fortran)."""
+    order = "F" if data.ndim > 1 and data.flags.f_contiguous and not data.flags.c_contiguous else "C"
+    return data.reshape(-1, order=order)[:count] if data.flags.c_contiguous or data.flags.f_contiguous else data
 
 
 def _first(arr):
@@ -277,6 +286,9 @@ def _atomic(c: _Call, base: str, a: dict, result) -> None:
     else:
         new = _after(kind, old, operand, _scalar(a.get("cond")))
         c.access(None, pe, True, atomic=True, value=new, whole=dest)
+    placed = c.rec.place(dest) if dest is not None else None
+    if placed is not None and old is not None:   # it read the word: ordered after the write it read
+        c.event("wait", (pe if placed[0] == c.rec.pe else placed[0], placed[1], old), after=True)
     if nbi:
         c.local(a["fetch"], True, whole=_first(a["fetch"]))
 
@@ -314,7 +326,7 @@ def _strided_copy(c: _Call, base: str, a: dict) -> None:
     src = _strided(a["src"], int(a["src_stride"]), count, block)
     if base.endswith("put"):
         c.local(None, False, whole=src)
-        c.access(None, pe, True, pending=pe, whole=dest)
+        c.access(None, pe, True, pending=-1 if c.layer == "host" and a.get("stream") is None else pe, whole=dest)
     else:
         c.access(None, pe, False, whole=src)
         c.local(None, True, whole=dest)

@@ -6,7 +6,8 @@ that completes at ``quiet`` (a put's write at the target, an nbi get) is an even
 ``("o", thread, target)`` instead: the thread's clock holds, for each target, how far its
 ``quiet`` has completed, so the operation is ordered before what follows that quiet
 only. A ``fence`` lets later operations to the same target carry the earlier ones;
-a ``put_signal``'s signal carries its own put (a ``("ps", thread, n)`` component).
+a ``put_signal``'s signal carries its own put, and a wait that sees a pending write is
+ordered after that write alone (a ``("ps", thread, n, target)`` component each).
 
 Synchronization moves clocks: a barrier, collective, lock or block synchronization
 releases the thread's clock into a channel and acquires the channel's; a wait acquires
@@ -77,6 +78,15 @@ def _join(into: dict, other: dict) -> None:
     for k, v in other.items():
         if into.get(k, 0) < v:
             into[k] = v
+
+
+def _prune(clock: dict) -> None:
+    """Drop the single operations' components (``("ps", thread, n, target)``) that the
+    thread's completion component already covers (its quiet came after them)."""
+    if len(clock) < 64:
+        return
+    for comp in [c for c in clock if c[0] == "ps" and clock.get(("o", c[1], c[3]), 0) >= c[2]]:
+        del clock[comp]
 
 
 class _Segments:
@@ -176,7 +186,7 @@ class _Replay:
             comp, knows = ("p", t.key), t.vc
         seen = _Seen(comp, t.n, pe, t.key[1], a)
         if a.carries and t.last is not None:          # put_signal: the signal carries its put
-            t.last.alt = ("ps", t.key, t.last.val)
+            t.last.alt = ("ps", t.key, t.last.val, a.pending)
             knows = dict(knows) if knows is t.vc else knows
             knows[t.last.alt] = 1
         self.check(seen, knows)
@@ -214,6 +224,10 @@ class _Replay:
             before = previous[0] if previous else self.initial(a.owner, a.lo)
             value = _apply(a.update, before)
         released = dict(knows)
+        if seen.comp[0] == "o":     # a wait that sees it is ordered after it (and its put_signal's put)
+            if seen.alt is None:
+                seen.alt = ("ps", seen.comp[1], seen.val, seen.comp[2])
+            released[seen.alt] = 1
         if a.atomic and previous is not None:         # a release sequence
             _join(released, previous[1])
         history.append((value, released, seen))
@@ -232,6 +246,7 @@ class _Replay:
         match = [h for h in history if h[0] is not None and _same(h[0], value)]
         if match:
             _join(t.vc, match[-1][1])
+            _prune(t.vc)
             t.waited_for[match[-1][2].comp[1]] = match[-1][2]
         else:
             for entry in history:
@@ -254,6 +269,7 @@ class _Replay:
 
     def on_acquire(self, t: _Thread, pe: int, channel) -> None:
         _join(t.vc, self.channels.get(channel, {}))
+        _prune(t.vc)
 
     def on_launch(self, t: _Thread, pe: int, launch: int) -> None:
         self.launch_clocks[(pe, launch)] = dict(t.vc)
@@ -308,10 +324,13 @@ class _Replay:
         issuer = old.comp[1]
         o, a = old.access, new.access
         later = self.threads.get((new.pe, new.thread))
+        if issuer == (new.pe, new.thread):         # one thread, its own operations
+            if new.comp[0] == "o":
+                return (f"the {_short(a.op)} at {a.site} may be delivered before the {_short(o.op)} at {o.site} "
+                        f"to the same memory: fence() or quiet() between them")
+            return (f"no quiet between the {_short(o.op)} at {o.site} and the {_what(a)} at {a.site} (until quiet, "
+                    f"the operation may still read or write these bytes)")
         if old.comp[0] == "o" and knows.get(("p", issuer), 0) >= old.val:
-            if issuer == (new.pe, new.thread):
-                return (f"no quiet between the {_short(o.op)} at {o.site} and the {_what(a)} at {a.site} "
-                        f"(an nbi operation's buffers are in use until quiet)")
             saw = later.waited_for.get(issuer) if later is not None else None
             if saw is not None and saw.access.site != o.site:
                 via = f"the {_short(saw.access.op)} at {saw.access.site} that PE {new.pe} waited for"
@@ -319,9 +338,6 @@ class _Replay:
                 via = f"what PE {new.pe} synchronized on"
             return (f"no quiet between the {_short(o.op)} at {o.site} and {via}: the {_short(o.op)} may not be "
                     f"delivered yet (quiet() first; or fence() before a flag; or put_signal)")
-        if new.comp[0] == "o" and old.pe == new.pe and issuer == (new.pe, new.thread):
-            return (f"the {_short(a.op)} at {a.site} is not ordered after the {_short(o.op)} at {o.site} to the same "
-                    f"memory: fence() or quiet() between them")
         return (f"nothing orders them: PE {old.pe} and PE {new.pe} do not synchronize between the two "
                 f"(a barrier, a collective, or a signal/flag wait after quiet)")
 

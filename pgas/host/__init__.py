@@ -41,4 +41,5 @@ from ..check import enabled as _checking  # noqa: E402
 
 if _checking():     # PGAS_CHECK=1: the calls the checker models record themselves
     from ..check._host import checked_host_api as _checked_host_api
-    _checked_host_api(globals(), __all__)
+    from ._keywords import NVSHMEM4PY_NAMES as _NVSHMEM4PY_NAMES
+    _checked_host_api(globals(), __all__, _NVSHMEM4PY_NAMES)

@@ -61,7 +61,7 @@ class DirectCopies:
         known = self._known.get(id(arr))
         if known is not None and known[0] is arr:
             return known
-        data = arr._ary if type(arr) is self._wrapper else arr
+        data = arr._ary if isinstance(arr, self._wrapper) else arr
         if type(data) is not np.ndarray or data.size == 0 or not data.flags.c_contiguous:
             return None
         offset = _ffi.cast("char *", _ffi.from_buffer(data)) - self._base
@@ -83,7 +83,7 @@ class DirectCopies:
     def _by_address(self, sym, local, pe, to_peer: bool) -> bool:
         """The copy of a first call on ``sym``, of another shape, or a large one: a memmove at its offset."""
         known = self._entry(sym)
-        local = local._ary if type(local) is self._wrapper else local
+        local = local._ary if isinstance(local, self._wrapper) else local
         if (known is None or type(pe) is not int or pe < 0 or pe >= len(self._peers)
                 or type(local) is not np.ndarray or local.dtype != known[1] or local.size > known[3].size
                 or not local.flags.c_contiguous or not (to_peer or local.flags.writeable)):
@@ -102,7 +102,7 @@ class DirectCopies:
     def put(self, dest, src, pe) -> bool:
         """``src`` into PE ``pe``'s ``dest`` if the fast path applies (then True)."""
         known = self._known.get(id(dest))
-        local = src._ary if type(src) is self._wrapper else src
+        local = src._ary if isinstance(src, self._wrapper) else src
         if (known is None or known[0] is not dest or type(pe) is not int or pe < 0 or pe >= len(known[5])
                 or type(local) is not np.ndarray or local.shape != known[2] or local.dtype != known[1]
                 or not local.flags.c_contiguous or local.nbytes > _ASSIGN_BYTES):

@@ -29,6 +29,7 @@ def nbi_kernel(dest, src, fetched, pe):
 def block_kernel(dest, src, fetched, pe):
     dev.put_block(dest, src, pe)
     dev.get_block(fetched, src, pe)
+    dev.fence()      # the second put to dest is delivered after the first
     dev.put_nbi_block(dest, src, pe)
     dev.get_nbi_block(fetched, src, pe)
     dev.quiet()
@@ -45,10 +46,15 @@ def warp_kernel(dest, src, fetched, pe, chunk):
 
 
 @cuda.jit
-def p_g_kernel(dest, got, value, pe):
+def p_kernel(dest, value, pe):
     i = cuda.threadIdx.x
     dev.p(dest[i:], value + i, pe)     # every thread writes its own element
-    got[i] = dev.g(dest[i:], dev.my_pe())
+
+
+@cuda.jit
+def g_kernel(dest, got, pe):
+    i = cuda.threadIdx.x
+    got[i] = dev.g(dest[i:], pe)
 
 
 @cuda.jit
@@ -126,7 +132,10 @@ def check_p_and_g_from_many_threads():
     dest = pgas.zeros(threads, np.int64)
     got = np.zeros(threads, np.int64)
     pgas.barrier_all()
-    p_g_kernel[1, threads](dest, got, 1000 * me, right)
+    p_kernel[1, threads](dest, 1000 * me, right)
+    pgas.barrier_all()
+    g_kernel[1, threads](dest, got, me)       # what the left neighbour wrote here ...
+    assert got.tolist() == [1000 * left + i for i in range(threads)]     # ... read back through g
     pgas.barrier_all()
     assert dest.copy_to_host().tolist() == [1000 * left + i for i in range(threads)]
     pgas.free(dest)
