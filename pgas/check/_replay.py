@@ -64,6 +64,9 @@ class _Thread:
     targets: set = field(default_factory=set)
     last: _Seen | None = None                       # the last access (a put_signal's put)
     waited_for: dict = field(default_factory=dict)  # issuing thread -> the write a wait saw
+    # A thread's own component appears in clocks only from its first access on: before
+    # it, nothing of it can race (most kernel threads only synchronize; clocks stay small).
+    active: bool = False
 
 
 @dataclass
@@ -173,10 +176,14 @@ class _Replay:
         for _, pe, thread, kind, data in events:
             state = self.thread(pe, thread)
             state.n += 1
-            state.vc[("p", state.key)] = state.n
+            if state.active:
+                state.vc[("p", state.key)] = state.n
             getattr(self, "on_" + kind)(state, pe, data)
 
     def on_access(self, t: _Thread, pe: int, a: Access) -> None:
+        if not t.active:
+            t.active = True
+            t.vc[("p", t.key)] = t.n
         if a.pending >= 0:
             comp = ("o", t.key, a.pending)
             knows = dict(t.vc)
@@ -279,6 +286,10 @@ class _Replay:
         for key in kernel:
             k = self.threads.pop(key)
             _join(t.vc, k.vc)
+            if not k.active:
+                continue
+            t.active = True          # it answers for the kernel thread's accesses from now on
+            t.vc[("p", t.key)] = t.n
             self.retired[("p", key)] = _Retired(t.key, t.n, 0)
             for target in k.targets:
                 self.retired[("o", key, target)] = _Retired(t.key, t.n, k.vc.get(("o", key, target), 0))
@@ -298,7 +309,7 @@ class _Replay:
 
     def on_end(self, t: _Thread, pe: int, _) -> None:
         for state in [s for s in self.threads.values() if s.key[0] == pe]:
-            for target, _, seen in state.pending:
+            for target, _, seen in sorted(state.pending, key=lambda p: not p[2].access.write):
                 key = ("incomplete", seen.access.site)
                 if key not in self.findings:
                     self.findings[key] = Finding("incomplete", seen, None, (
