@@ -11,6 +11,13 @@ from conftest import ROOT, backend_in_use, pe_suite, pgasrun
 CATALOGUE = ROOT / "tests" / "check_catalogue"
 PES = {"two_pes_put_to_one_place": 3}     # programs that need more than 2 PEs
 CHECKED = {"PGAS_CHECK": "1"}
+# what the report must say would order the two accesses, for some programs
+ADVICE = {"read_after_put_without_sync": "nothing orders them: PE 0 and PE 1 do not synchronize",
+          "flag_before_data_without_fence": "and the p at tests/check_catalogue/flag_before_data_without_fence.py:13 "
+                                            "that PE 1 waited for: the put may not be delivered yet",
+          "put_nbi_source_reused": "no quiet between the put_nbi at",
+          "two_puts_without_fence": "may be delivered before the put at",
+          "nbi_never_completed": "no quiet (or barrier) completes it before finalize"}
 
 simulator = pytest.mark.skipif(backend_in_use() != "simulator", reason="the checker runs on the simulator backend")
 
@@ -55,6 +62,8 @@ def test_catalogue_program_is_reported_with_its_lines(program, clean_shm):
         for line in mismatch:      # each PE's traceback points at the call it made
             assert f'{program}.py", line {line}' in output, output
     assert len(found) == (1 if race or incomplete else 0), output     # and nothing else
+    if program in ADVICE:
+        assert ADVICE[program] in found[0], found[0]
 
 
 @simulator

@@ -17,6 +17,7 @@ The meanings follow docs/device_api.md "Ordering" and docs/checker.md "The model
 from __future__ import annotations
 
 import inspect
+import operator
 import re
 from typing import NamedTuple
 
@@ -25,7 +26,7 @@ import numpy as np
 from ..core._constants import SIGNAL_ADD, TEAM_WORLD
 from ..runtime._arrays import as_ndarray
 
-__all__ = ["Access", "record_call", "MODELLED"]
+__all__ = ["Access", "record_call", "MODELLED", "updated"]
 
 
 class Access(NamedTuple):
@@ -58,6 +59,7 @@ MODELLED = re.compile("|".join(p.pattern for p in (_COPIES, _PUT_SIGNAL, _SYNCS,
                         r"|signal_fetch|signal_wait_until|signal_wait|set_lock|clear_lock|test_lock|free|flush"
                         r"|atomic_\w+|" + "|".join(_ALLOCATIONS) + ")$")
 
+_UPDATES = {"add": operator.add, "and": operator.and_, "or": operator.or_, "xor": operator.xor}
 _signatures: dict = {}
 
 
@@ -293,28 +295,29 @@ def _atomic(c: _Call, base: str, a: dict, result) -> None:
         c.local(a["fetch"], True, whole=_first(a["fetch"]))
 
 
-def _after(kind: str, old, operand, cond):
-    """The value an atomic leaves in the word, from the old value it fetched."""
-    if old is None:
+def updated(op: str, before, operand):
+    """The value an atomic update ``op`` ("add", "and", "or", "xor", "set") with
+    ``operand`` leaves in a word that held ``before``; None where that is not known."""
+    if op == "set":
+        return operand
+    if before is None or operand is None:
         return None
     try:
-        if kind in ("swap",):
-            return operand
-        if kind == "compare_swap":
-            return operand if old == cond else old
-        if kind in ("fetch_inc",):
-            return old + 1
-        if kind == "fetch_add":
-            return old + operand
-        if kind == "fetch_and":
-            return old & operand
-        if kind == "fetch_or":
-            return old | operand
-        if kind == "fetch_xor":
-            return old ^ operand
-    except TypeError:
+        return _UPDATES[op](before, operand)
+    except (KeyError, TypeError):       # an unknown op; a bitwise op on a float
         return None
-    return None
+
+
+def _after(kind: str, old, operand, cond):
+    """The value a fetching atomic (``kind``: "swap", "fetch_add", ...) leaves in the
+    word, from the old value it fetched."""
+    if kind == "compare_swap":
+        return None if old is None else operand if old == cond else old
+    if kind == "swap":
+        return operand
+    if kind == "fetch_inc":
+        return updated("add", old, 1)
+    return updated(kind[len("fetch_"):], old, operand) if kind.startswith("fetch_") else None
 
 
 def _strided_copy(c: _Call, base: str, a: dict) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from ._model import Access
+from ._model import Access, updated
 
 __all__ = ["replay", "Finding"]
 
@@ -229,7 +229,7 @@ class _Replay:
         value = a.value
         if a.update:
             before = previous[0] if previous else self.initial(a.owner, a.lo)
-            value = _apply(a.update, before)
+            value = updated(a.update[0], before, a.update[1])
         released = dict(knows)
         if seen.comp[0] == "o":     # a wait that sees it is ordered after it (and its put_signal's put)
             if seen.alt is None:
@@ -368,24 +368,6 @@ def _same(a, b) -> bool:
         return a == b
     except Exception:
         return False
-
-
-def _apply(update: tuple, before):
-    op, operand = update
-    if before is None or operand is None:
-        return None
-    try:
-        if op == "add":
-            return before + operand
-        if op == "and":
-            return before & operand
-        if op == "or":
-            return before | operand
-        if op == "xor":
-            return before ^ operand
-    except TypeError:
-        return None
-    return None
 
 
 def replay(events: list) -> list[Finding]:

@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 
-__all__ = ["GLOBAL_EXIT", "under_pgasrun", "mapped_segments", "record_segments", "recorded_segments", "record_failure", "failures",
+__all__ = ["GLOBAL_EXIT", "CHECK_FAILED", "under_pgasrun", "mapped_segments", "record_segments", "recorded_segments", "record_failure", "failures",
            "mark_live", "mark_finalized", "record_departure", "live", "live_processes", "departed", "Heartbeat", "waiters",
            "HEARTBEAT_FRESH_S", "SHM_DIR", "shm_prefix"]
 
@@ -85,6 +85,8 @@ def _pes_with(run_dir: str, prefix: str) -> list[tuple[int, str]]:
 # Failures ----------------------------------------------------------------------------
 
 GLOBAL_EXIT = "called pgas.global_exit"    # a recorded failure that ends the run with its status, even 0
+# A PE whose finalize found problems under PGAS_CHECK=1: the run is let finish, then fails.
+CHECK_FAILED = "finished pgas.finalize, where PGAS_CHECK=1 found problems"
 
 
 def record_failure(how: str, code: int) -> None:

@@ -194,7 +194,8 @@ def finalize() -> None:
     _job.mark_finalized()
     _state.stop()
     _depth = 0
-    if found:    # PGAS_CHECK=1 found problems (PE 0 printed them): the run fails
+    if found:    # PGAS_CHECK=1 found problems (PE 0 printed them): the run fails, once every PE is done
+        _job.record_failure(f"{_job.CHECK_FAILED} ({found} reported above)", 1)
         raise SystemExit(1)
 
 

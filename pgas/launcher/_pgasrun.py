@@ -247,7 +247,7 @@ def _supervise(run: _RunProcesses, run_dir: str, timeout: float | None) -> tuple
     while run.proc.poll() is None:
         run.look()
         stopped.look(run_dir)
-        failed = _job.failures(run_dir)
+        failed = [f for f in _job.failures(run_dir) if not f[2].startswith(_job.CHECK_FAILED)]
         if failed:   # before the stop ends the heartbeats:
             cause = failed[0][1], where_waits_lead(run_dir, failed[0][1], stopped)
             time.sleep(0.2)  # let the PE's own abort finish its report
@@ -268,6 +268,8 @@ def _supervise(run: _RunProcesses, run_dir: str, timeout: float | None) -> tuple
         time.sleep(0.05)
     code = run.finish()
     failures = _job.failures(run_dir)
+    if failures and all(f[2].startswith(_job.CHECK_FAILED) for f in failures):
+        return 1, f"every PE {failures[0][2]}"
     if failures:
         _, pe, how, pe_code = failures[0]
         others = len(failures) - 1
