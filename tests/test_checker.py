@@ -54,6 +54,8 @@ def test_catalogue_program_is_reported_with_its_lines(program, clean_shm):
         assert [r for r in found if r.startswith("pgas check: data race")
                 and sorted(access_sites(r)) == expected], output
         assert "data race(s)" in output and "the run fails" in output
+        # every PE finished; pgasrun says why the run failed (it stopped nobody)
+        assert "pgasrun: every PE finished pgas.finalize, where PGAS_CHECK=1 found problems" in output, output
     if incomplete:
         assert [r for r in found if r.startswith("pgas check: operation never completed")
                 and access_sites(r) == [f"{name}:{incomplete[0]}"]], output
@@ -67,10 +69,11 @@ def test_catalogue_program_is_reported_with_its_lines(program, clean_shm):
 
 
 @simulator
+@pytest.mark.parametrize("n, options", [(2, ()), (4, ("--pes-per-node", "2"))], ids=["2-pes", "4-pes-2-nodes"])
 @pytest.mark.parametrize("example", ["shift", "ring", "atomic_counter", "ring_allreduce"])
-def test_examples_run_clean_under_the_checker(example, clean_shm):
-    """4 PEs, 2 per emulated node: load/store between the PEs of a node, the NIC between nodes."""
-    proc = pgasrun(4, "python", f"examples/{example}.py", options=["--pes-per-node", "2"], env=CHECKED, timeout=240)
+def test_examples_run_clean_under_the_checker(example, n, options, clean_shm):
+    """On one node (load/store), and 2 PEs per emulated node (the NIC between nodes)."""
+    proc = pgasrun(n, "python", f"examples/{example}.py", options=list(options), env=CHECKED, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "pgas check: no problems found" in proc.stderr, proc.stderr
 

@@ -349,7 +349,8 @@ class _Replay:
                 via = f"what PE {new.pe} synchronized on"
             return (f"no quiet between the {_short(o.op)} at {o.site} and {via}: the {_short(o.op)} may not be "
                     f"delivered yet (quiet() first; or fence() before a flag; or put_signal)")
-        return (f"nothing orders them: PE {old.pe} and PE {new.pe} do not synchronize between the two "
+        first, second = sorted((old.pe, new.pe))
+        return (f"nothing orders them: PE {first} and PE {second} do not synchronize between the two "
                 f"(a barrier, a collective, or a signal/flag wait after quiet)")
 
 
