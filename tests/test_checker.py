@@ -29,7 +29,8 @@ def marked(path, marker: str) -> list[int]:
 
 def reports(output: str) -> list[str]:
     """The checker's reports in a run's output, each with its indented lines."""
-    return re.findall(r"^pgas check: (?:data race|operation never completed).*\n(?:  .*\n?)+", output, re.M)
+    return re.findall(r"^pgas check: (?:data race|operation never completed|device collective calls differ).*\n"
+                      r"(?:  .*\n?)+", output, re.M)
 
 
 def access_sites(report: str) -> list[str]:
@@ -47,7 +48,8 @@ def test_catalogue_program_is_reported_with_its_lines(program, clean_shm):
     name = f"tests/check_catalogue/{program}.py"     # sites are relative to the working directory
     race, incomplete, mismatch = marked(path, "RACE-A") + marked(path, "RACE-B"), marked(path, "INCOMPLETE"), \
         marked(path, "MISMATCH")
-    assert race or incomplete or mismatch, "a catalogue program marks the lines it must be reported with"
+    device = marked(path, "DEVICE-MISMATCH")      # reported at finalize, each PE's call with its line
+    assert race or incomplete or mismatch or device, "a catalogue program marks the lines it must be reported with"
     found = reports(output)
     if race:
         expected = sorted(f"{name}:{line}" for line in race)
@@ -59,11 +61,15 @@ def test_catalogue_program_is_reported_with_its_lines(program, clean_shm):
     if incomplete:
         assert [r for r in found if r.startswith("pgas check: operation never completed")
                 and access_sites(r) == [f"{name}:{incomplete[0]}"]], output
+    if device:
+        expected = sorted(f"{name}:{line}" for line in (device * 2 if len(device) == 1 else device))
+        assert [r for r in found if r.startswith("pgas check: device collective calls differ")
+                and sorted(access_sites(r)) == expected], output
     if mismatch:
         assert "PEs disagree on a collective call" in output, output
         for line in mismatch:      # each PE's traceback points at the call it made
             assert f'{program}.py", line {line}' in output, output
-    assert len(found) == (1 if race or incomplete else 0), output     # and nothing else
+    assert len(found) == (1 if race or incomplete or device else 0), output     # and nothing else
     if program in ADVICE:
         assert ADVICE[program] in found[0], found[0]
 
@@ -79,26 +85,30 @@ def test_examples_run_clean_under_the_checker(example, n, options, clean_shm):
 
 
 @simulator
-@pytest.mark.parametrize("module", ["checks_device_rma", "checks_device_sync", "checks_signals",
-                                    "checks_device_collectives", "checks_collectives"])
-def test_suite_programs_run_clean_under_the_checker(module, clean_shm):
-    """3 PEs, 2 on the first emulated node and 1 on the second: every check passes and
-    the checker reports nothing."""
-    suite = pe_suite(module, 3, options=("--pes-per-node", "2"), env=CHECKED)
+@pytest.mark.parametrize("module, n, options", [
+    ("checks_device_rma", 3, ("--pes-per-node", "2")), ("checks_device_sync", 3, ("--pes-per-node", "2")),
+    ("checks_signals", 3, ("--pes-per-node", "2")), ("checks_device_collectives", 2, ()),
+    ("checks_collectives", 2, ())])
+def test_suite_programs_run_clean_under_the_checker(module, n, options, clean_shm):
+    """Every check passes and the checker reports nothing: 3 PEs, 2 on the first emulated
+    node and 1 on the second; the (slower) collective suites on 2 PEs of one node."""
+    suite = pe_suite(module, n, options=options, env=CHECKED)
     proc = suite["proc"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert "pgas check: no problems found" in proc.stderr, proc.stderr[-6000:]
     failed = {pe: {k: v for k, v in r.items() if v != "ok" and not v.startswith("skipped")}
               for pe, r in suite["per_pe"].items()}
-    assert len(failed) == 3 and not any(failed.values()), failed
+    assert len(failed) == n and not any(failed.values()), failed
 
 
-def test_the_checker_is_refused_on_the_cuda_backend(monkeypatch):
-    import pgas
-    from pgas import check
-    monkeypatch.setenv("PGAS_CHECK", "1")
-    monkeypatch.setattr(check, "backend_name", lambda: "cuda")
-    with pytest.raises(pgas.PgasConfigError, match=r"PGAS_CHECK=1: the checker runs on the simulator backend only"):
-        check.refuse_on_gpu()
-    monkeypatch.setenv("PGAS_CHECK", "0")
-    check.refuse_on_gpu()
+def test_device_collectives_that_differ_are_reported_at_the_first_call_that_differs():
+    from pgas.check._replay import replay
+    team = ("team", 0)
+    events = [(t, pe, ("host", 0), "collective", (team, call, f"x.py:{line}"))
+              for t, (pe, call, line) in enumerate([(0, "fcollect(dest=int64[4])", 1), (1, "fcollect(dest=int64[4])", 1),
+                                                    (0, "sum_reduce(dest=float64[8])", 2),
+                                                    (1, "sum_reduce(dest=float64[4])", 2)])]
+    (finding,) = replay(events)
+    assert finding.kind == "collective" and finding.calls == (
+        (0, "sum_reduce(dest=float64[8])", "x.py:2"), (1, "sum_reduce(dest=float64[4])", "x.py:2"), 2, 0)
+    assert replay(events[:2]) == []

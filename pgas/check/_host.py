@@ -16,7 +16,7 @@ from ..runtime._arrays import as_ndarray
 from ..runtime._barrier import wait_all
 from ..runtime._team_table import team_of
 from . import watch
-from ._model import _ALLOCATIONS, _COLLECTIVES, MODELLED, bind
+from ._model import _ALLOCATIONS, _COLLECTIVES, MODELLED, bind, describe_arguments
 from ._recorder import recorder
 
 __all__ = ["checked_host_api"]
@@ -43,19 +43,6 @@ def checked_host_api(namespace: dict, names: list, aliases: dict) -> None:
             namespace[name] = watch("host", name, function, aliases)
 
 
-def _describe(name: str, value) -> str:
-    """An argument as the members compare it: arrays by dtype and shape, not contents."""
-    if name == "stream":
-        return ""
-    if value is None or isinstance(value, (str, bytes, int, float, np.number, np.bool_)):
-        return f"{name}={value!r}"
-    try:
-        data = as_ndarray(value, "pgas check", name)
-    except Exception:
-        return f"{name}={type(value).__name__}"
-    return f"{name}={data.dtype}{list(data.shape)}"
-
-
 def _agreeing(name: str, function):
     @functools.wraps(function)
     def agreed(*args, **kwargs):
@@ -63,9 +50,8 @@ def _agreeing(name: str, function):
         if rt is not None and recorder() is not None:
             arguments = bind(function, args, kwargs)
             team = team_of(rt, arguments.get("team", TEAM_WORLD), f"pgas.{name}")
-            shown = [_describe(k, v) for k, v in arguments.items() if k != "team"
-                     and not (name in _VARIABLE_SIZES and k in ("src", "dest"))]
-            wait_all(team.comm, f"pgas.{name}", team.pes, record=", ".join(s for s in shown if s))
+            skip = ("team", "src", "dest") if name in _VARIABLE_SIZES else ("team",)
+            wait_all(team.comm, f"pgas.{name}", team.pes, record=describe_arguments(arguments, skip))
         return function(*args, **kwargs)
     return agreed
 

@@ -26,7 +26,7 @@ import numpy as np
 from ..core._constants import SIGNAL_ADD, TEAM_WORLD
 from ..runtime._arrays import as_ndarray
 
-__all__ = ["Access", "record_call", "MODELLED", "updated"]
+__all__ = ["Access", "record_call", "MODELLED", "updated", "describe_arguments"]
 
 
 class Access(NamedTuple):
@@ -163,7 +163,8 @@ def record_call(rec, layer: str, name: str, args: dict, result, t_before: int, t
     else:
         first = True
     if first:
-        _record_base(c, me, base, name, args, result)
+        leader = not group or c.thread[0] != "kernel" or _group_rank(c.thread, group.group(1)) == 0
+        _record_base(c, me, base, name, args, result, leader)
     if group:
         c.event("release", channel)
         c.event("acquire", channel, after=True)
@@ -174,7 +175,7 @@ def _group_rank(thread, scope):
     return x % 32 if scope == "warp" else x
 
 
-def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result) -> None:
+def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result, leader: bool = True) -> None:
     copy = _COPIES.match(base)
     signal = _PUT_SIGNAL.match(base)
     if copy or signal:
@@ -228,6 +229,8 @@ def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result) -> No
         return
     if _COLLECTIVES.match(base):
         key = _team_key(a.get("team", TEAM_WORLD))
+        if c.layer == "device" and leader:    # compared between the members at finalize (_replay)
+            c.event("collective", (key, f"{name}({describe_arguments(a, skip=('team',))})", c.site))
         c.event("release", key)
         c.event("acquire", key, after=True)
         return
@@ -248,6 +251,21 @@ def _elements(data, count: int):
     """The first ``count`` elements of ``data`` in its memory order (C or Fortran)."""
     order = "F" if data.ndim > 1 and data.flags.f_contiguous and not data.flags.c_contiguous else "C"
     return data.reshape(-1, order=order)[:count] if data.flags.c_contiguous or data.flags.f_contiguous else data
+
+
+def describe_arguments(arguments: dict, skip: tuple = ()) -> str:
+    """A call's arguments as members compare them: arrays by dtype and shape (not contents),
+    other values as they are."""
+    shown = []
+    for name, value in arguments.items():
+        if name in skip or name == "stream":
+            continue
+        if value is None or isinstance(value, (str, bytes, int, float, np.number, np.bool_)):
+            shown.append(f"{name}={value!r}")
+            continue
+        data = _array(value)
+        shown.append(f"{name}={type(value).__name__}" if data is None else f"{name}={data.dtype}{list(data.shape)}")
+    return ", ".join(shown)
 
 
 def _first(arr):

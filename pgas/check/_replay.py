@@ -45,13 +45,15 @@ class _Seen:
 
 @dataclass
 class Finding:
-    """One problem: ``kind`` ("race", "incomplete"), its two accesses (the second None
-    for an operation never completed) and the advice."""
+    """One problem: ``kind`` ("race", "incomplete", "collective"), its two accesses (the
+    second None for an operation never completed; both None for device collectives that
+    differ, whose ``calls`` say what each PE called) and the advice."""
     kind: str
-    first: _Seen
+    first: _Seen | None
     second: _Seen | None
     advice: str
     allocation: tuple | None = None    # (site, dtype, shape, first byte) of the array
+    calls: tuple = ()                  # ((PE, call, site), (PE, call, site), call number, team)
 
 
 @dataclass
@@ -146,6 +148,7 @@ class _Replay:
         self.shadow: dict[int, _Segments] = {}
         self.allocations: dict[int, list] = {}      # owner -> [(lo, hi, site, dtype, shape, zeroed)]
         self.findings: dict[tuple, Finding] = {}
+        self.collectives: dict[tuple, dict] = {}   # team -> PE -> [(call, site)] of device collectives
 
     # Clocks ---------------------------------------------------------------------------
 
@@ -259,6 +262,30 @@ class _Replay:
             for entry in history:
                 _join(t.vc, entry[1])
                 t.waited_for[entry[2].comp[1]] = entry[2]
+
+    def on_collective(self, t: _Thread, pe: int, data) -> None:
+        team, call, site = data
+        self.collectives.setdefault(team, {}).setdefault(pe, []).append((call, site))
+
+    def compare_collectives(self) -> None:
+        """Every member of a team must make the same device collective calls, in the same
+        order: the first call where a PE differs from the lowest-numbered member is reported."""
+        for team, by_pe in self.collectives.items():
+            pes = sorted(by_pe)
+            reference = by_pe[pes[0]]
+            for pe in pes[1:]:
+                calls = by_pe[pe]
+                for index in range(max(len(reference), len(calls))):
+                    mine = reference[index] if index < len(reference) else ("(no call)", "-")
+                    theirs = calls[index] if index < len(calls) else ("(no call)", "-")
+                    if mine[0] != theirs[0]:
+                        key = ("collective", team, mine[1], theirs[1])
+                        if key not in self.findings:
+                            self.findings[key] = Finding("collective", None, None, (
+                                "every member of a team must make the same device collective calls, with the same "
+                                "sizes, dtypes, root and op, in the same order"),
+                                calls=((pes[0], *mine), (pe, *theirs), index + 1, team[1]))
+                        break
 
     def on_quiet(self, t: _Thread, pe: int, pes) -> None:
         done = t.targets if pes is None else set(pes) & t.targets
@@ -376,4 +403,5 @@ def replay(events: list) -> list[Finding]:
     events = sorted(events, key=lambda e: e[0])
     r = _Replay()
     r.run(events)
+    r.compare_collectives()
     return list(r.findings.values())

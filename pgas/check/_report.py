@@ -35,6 +35,11 @@ def _memory(finding: Finding) -> str:
 
 
 def describe(finding: Finding) -> str:
+    if finding.kind == "collective":
+        (pe_a, call_a, site_a), (pe_b, call_b, site_b), number, team = finding.calls
+        return (f"pgas check: device collective calls differ on team {team} (call {number} of each PE)\n"
+                f"  PE {pe_a}: pgas.device.{call_a} at {site_a}\n  PE {pe_b}: pgas.device.{call_b} at {site_b}\n"
+                f"  {finding.advice}")
     if finding.kind == "incomplete":
         return (f"pgas check: operation never completed, on {_memory(finding)}\n"
                 f"  {_what(finding.first)}\n  {finding.advice}")
@@ -43,9 +48,9 @@ def describe(finding: Finding) -> str:
 
 
 def summary(findings: list, n_pes: int, events: int) -> str:
-    races = sum(f.kind == "race" for f in findings)
-    incomplete = len(findings) - races
     if not findings:
         return f"pgas check: no problems found ({events} events of {n_pes} PEs checked)"
-    return (f"pgas check: {races} data race(s) and {incomplete} operation(s) never completed "
-            f"({events} events of {n_pes} PEs checked); the run fails")
+    count = {kind: sum(f.kind == kind for f in findings) for kind in ("race", "incomplete", "collective")}
+    return (f"pgas check: {count['race']} data race(s), {count['incomplete']} operation(s) never completed, "
+            f"{count['collective']} device collective mismatch(es) ({events} events of {n_pes} PEs checked); "
+            f"the run fails")
