@@ -116,7 +116,7 @@ def test_atomics_do_not_race_with_each_other_but_with_plain_stores():
 
 
 def test_a_kernels_incomplete_operations_become_the_host_threads_to_complete():
-    kernel = ("kernel", 1, (0, 0, 0), (0, 0, 0))
+    kernel = ("kernel", 1, (0, 0, 0), (0, 0, 0), 0)
     for host_quiets, expected in ((True, []), (False, [("load", "put")])):
         run = Run()
         run.add(0, HOST, "launch", 1)
@@ -128,7 +128,7 @@ def test_a_kernels_incomplete_operations_become_the_host_threads_to_complete():
 
 
 def test_a_kernels_operation_nothing_completes_is_reported_at_the_end():
-    kernel = ("kernel", 1, (0, 0, 0), (0, 0, 0))
+    kernel = ("kernel", 1, (0, 0, 0), (0, 0, 0), 0)
     run = Run()
     run.add(0, HOST, "launch", 1)
     run.put(0, 1, thread=kernel, site="put in a kernel")
@@ -158,3 +158,35 @@ def test_one_threads_own_operations_to_one_place_need_a_fence_or_quiet(second_is
     assert run.races() == [("first", "second")]
     run.events.insert(1, (1.5, 0, HOST, "quiet", None))
     assert run.races() == []
+
+
+def test_a_wide_write_restarts_a_words_history():
+    """A signal word reset with ``a[:] = 0`` between rounds: the next round's add counts from 0."""
+    run = Run()
+    for pe in (0, 1):
+        run.add(pe, HOST, "allocate", (64, 80, "alloc", "<u8", (2,), True))
+    for round_ in range(2):
+        run.put(0, 1, 0, 8, site="put")
+        run.signal(0, 1, 64, "add", carries=True)
+        run.add(1, HOST, "wait", (1, 64, 1))
+        run.load(1, 0, 8)
+        run.barrier(0, 1)
+        run.add(1, HOST, "access", Access(1, 64, 80, True, False, False, -1, "store", "reset", 0))
+        run.barrier(0, 1)
+    assert run.races() == []
+
+
+def test_a_later_kernels_quiet_completes_what_an_earlier_kernel_left():
+    first, second = ("kernel", 1, (0, 0, 0), (0, 0, 0), 0), ("kernel", 2, (0, 0, 0), (0, 0, 0), 0)
+    for quiet, expected in ((True, []), (False, [("load", "put")])):
+        run = Run()
+        run.add(0, HOST, "launch", 1)
+        run.put(0, 1, thread=first)
+        run.add(0, HOST, "kernel_end", 1)
+        run.add(0, HOST, "launch", 2)
+        if quiet:
+            run.add(0, second, "quiet")
+        run.add(0, second, "release", WORLD)
+        run.add(1, HOST, "acquire", WORLD)
+        run.load(1)
+        assert run.races() == expected

@@ -3,7 +3,7 @@ symmetric-heap misuse, on the simulator backend (docs/checker.md).
 
 While it is on, every pgas call (host and device) and every element access of a symmetric
 array is recorded with its source line (``_recorder``, ``_model``, ``_watched``); host
-collectives first compare their arguments on every member (``_agreement``); ``finalize``
+collectives first compare their arguments on every member (``_host``); ``finalize``
 replays every PE's events with vector clocks (``_replay``), prints what it found
 (``_report``) and makes the run fail when it found anything.
 """

@@ -16,12 +16,11 @@ from ..runtime._arrays import as_ndarray
 from ..runtime._barrier import wait_all
 from ..runtime._team_table import team_of
 from . import watch
-from ._model import _ALLOCATIONS, _COLLECTIVES, MODELLED, bind, describe_arguments
+from ._model import ALLOCATIONS, COLLECTIVES, MODELLED, SYNCS, bind, describe_arguments, team_key
 from ._recorder import recorder
 
 __all__ = ["checked_host_api"]
 
-_SYNCS = ("barrier_all", "sync_all", "barrier", "sync")
 _ZEROED = ("zeros", "calloc")
 _VARIABLE_SIZES = ("collect",)     # each member's contribution may differ in size
 
@@ -33,11 +32,11 @@ def checked_host_api(namespace: dict, names: list, aliases: dict) -> None:
         function = namespace.get(name)
         if not callable(function) or not MODELLED.match(name):
             continue
-        if name in _ALLOCATIONS:
+        if name in ALLOCATIONS:
             namespace[name] = _allocation(name, function)
         elif name == "free":
             namespace[name] = _free(function)
-        elif _COLLECTIVES.match(name) or name in _SYNCS:
+        elif COLLECTIVES.match(name) or SYNCS.match(name):
             namespace[name] = _agreeing(name, watch("host", name, function, aliases))
         else:
             namespace[name] = watch("host", name, function, aliases)
@@ -51,6 +50,8 @@ def _agreeing(name: str, function):
             arguments = bind(function, args, kwargs)
             team = team_of(rt, arguments.get("team", TEAM_WORLD), f"pgas.{name}")
             skip = ("team", "src", "dest") if name in _VARIABLE_SIZES else ("team",)
+            # released before the agreement, which every member leaves only when all arrived
+            recorder().add("release", team_key(recorder(), arguments.get("team", TEAM_WORLD)))
             wait_all(team.comm, f"pgas.{name}", team.pes, record=describe_arguments(arguments, skip))
         return function(*args, **kwargs)
     return agreed
@@ -70,9 +71,9 @@ def _allocation(name: str, function):
         if placed is not None:
             fill = bind(function, args, kwargs).get("value", None) if name == "full" else None
             zeroed = name in _ZEROED or (fill is not None and np.all(np.asarray(fill) == 0))
-            rec.add("release", ("team", TEAM_WORLD), t=start)
+            rec.add("release", team_key(rec, TEAM_WORLD), t=start)
             rec.add("allocate", (placed[1], placed[2], site, data.dtype.str, data.shape, bool(zeroed)), t=start)
-            rec.add("acquire", ("team", TEAM_WORLD))
+            rec.add("acquire", team_key(rec, TEAM_WORLD))
         return _watched(array)
     return allocate
 
@@ -91,8 +92,8 @@ def _free(function):
     def free(a):
         rec = recorder()
         if rec is not None:
-            rec.add("release", ("team", TEAM_WORLD))
+            rec.add("release", team_key(rec, TEAM_WORLD))
         function(a)
         if rec is not None:
-            rec.add("acquire", ("team", TEAM_WORLD))
+            rec.add("acquire", team_key(rec, TEAM_WORLD))
     return free

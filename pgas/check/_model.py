@@ -23,10 +23,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..core._constants import SIGNAL_ADD, TEAM_WORLD
+from ..core._constants import SIGNAL_ADD, SIGNAL_SET, TEAM_WORLD
 from ..runtime._arrays import as_ndarray
+from ..runtime._team_table import team_of
 
-__all__ = ["Access", "record_call", "MODELLED", "updated", "describe_arguments"]
+__all__ = ["Access", "record_call", "MODELLED", "COLLECTIVES", "SYNCS", "ALLOCATIONS", "updated",
+           "describe_arguments", "team_key"]
 
 
 class Access(NamedTuple):
@@ -47,17 +49,17 @@ class Access(NamedTuple):
 _SCOPE = re.compile(r"_(warp|block)$")
 _COPIES = re.compile(r"^(put|get)(_nbi)?(_warp|_block)?$")
 _PUT_SIGNAL = re.compile(r"^put_signal(_nbi)?(_warp|_block)?$")
-_SYNCS = re.compile(r"^(barrier_all|sync_all|barrier|sync)(_warp|_block)?$")
-_COLLECTIVES = re.compile(r"^(alltoall|broadcast|fcollect|collect|reduce|reducescatter|collective_on_buffer"
+SYNCS = re.compile(r"^(barrier_all|sync_all|barrier|sync)(_warp|_block)?$")
+COLLECTIVES = re.compile(r"^(alltoall|broadcast|fcollect|collect|reduce|reducescatter|collective_on_buffer"
                           r"|(sum|prod|min|max|and|or|xor)_(reduce|reducescatter|inscan|exscan))(_warp|_block)?$")
 _ATOMIC_UPDATES = {"atomic_add": "add", "atomic_inc": "add", "atomic_and": "and", "atomic_or": "or",
                    "atomic_xor": "xor", "atomic_set": "set"}
 _WAITS = re.compile(r"^(wait_until|test)(_all|_any|_some)?(_vector)?$")
-_ALLOCATIONS = ("empty", "zeros", "full", "calloc", "align", "malloc_with_hints", "buffer")
-MODELLED = re.compile("|".join(p.pattern for p in (_COPIES, _PUT_SIGNAL, _SYNCS, _COLLECTIVES, _WAITS))
+ALLOCATIONS = ("empty", "zeros", "full", "calloc", "align", "malloc_with_hints", "buffer")
+MODELLED = re.compile("|".join(p.pattern for p in (_COPIES, _PUT_SIGNAL, SYNCS, COLLECTIVES, _WAITS))
                       + r"|^(p|g|iput|iget|ibput|ibget|quiet|fence|pe_quiet|signal_op|signal_add|signal_set"
                         r"|signal_fetch|signal_wait_until|signal_wait|set_lock|clear_lock|test_lock|free|flush"
-                        r"|atomic_\w+|" + "|".join(_ALLOCATIONS) + ")$")
+                        r"|atomic_\w+|" + "|".join(ALLOCATIONS) + ")$")
 
 _UPDATES = {"add": operator.add, "and": operator.and_, "or": operator.or_, "xor": operator.xor}
 _signatures: dict = {}
@@ -85,13 +87,13 @@ def _span_of(rec, arr):
     return None if data is None else rec.place(data)
 
 
-def _strided(arr, stride, count, block=1):
-    """The elements a strided call touches, as one covering view (flat)."""
+def _strided(arr, stride, count, block=1) -> list:
+    """The blocks (``block`` elements each, ``stride`` apart) a strided call touches, as views."""
     data = _array(arr)
     if data is None or count <= 0:
-        return None
+        return []
     flat = data.reshape(-1)
-    return flat[:(count - 1) * stride + block]
+    return [flat[i * stride:i * stride + block] for i in range(count)]
 
 
 def _scalar(value):
@@ -101,7 +103,7 @@ def _scalar(value):
         return None
 
 
-def _word_value(rec, arr):
+def _word_value(arr):
     """The value of this PE's ``arr[0]`` now."""
     data = _array(arr)
     return None if data is None or data.size == 0 else data.reshape(-1)[0].item()
@@ -111,10 +113,17 @@ class _Call:
     """One call being turned into events: every event gets the call's site and the time
     before (writes, releases) or after it (acquires)."""
 
-    def __init__(self, rec, op: str, t_before: int, t_after: int):
-        self.rec, self.op, self.t0, self.t1 = rec, op, t_before, t_after
+    def __init__(self, rec, layer: str, op: str, t_before: int, t_after: int, stream=None):
+        self.rec, self.layer, self.op, self.t0, self.t1 = rec, layer, op, t_before, t_after
         self.site = rec.site()
         self.thread = rec.thread()
+        # pgas documents its host RMA, signals and atomics without a stream as complete on return
+        self.host_complete = layer == "host" and stream is None
+
+    def until_quiet(self, pe: int) -> int:
+        """``pending`` for an operation to ``pe`` that OpenSHMEM completes at quiet: -1 (complete
+        on return) for the host calls pgas completes on return."""
+        return -1 if self.host_complete else pe
 
     def event(self, kind, data, after=False):
         self.rec.add(kind, data, self.thread, self.t1 if after else self.t0)
@@ -138,32 +147,38 @@ class _Call:
         """The caller's own (maybe symmetric) buffer: the source or destination of RMA."""
         self.access(arr, self.rec.pe, write, pending=pending, whole=whole)
 
+    def blocks(self, views, pe, write, pending=-1):
+        """One access per view (the blocks or elements of a strided copy)."""
+        for view in views:
+            self.access(None, pe, write, pending=pending, whole=view)
 
-def _team_key(team) -> tuple:
-    handle = getattr(team, "handle", team)
+
+def team_key(rec, team) -> tuple:
+    """A team as the replay names it: its slot and its members (a slot is reused by later
+    teams, and ``team_split_2d`` gives every row the same slot)."""
     try:
-        return ("team", int(handle))
-    except (TypeError, ValueError):
-        return ("team", id(team))
+        found = team_of(rec.rt, team, "pgas check")
+    except Exception:       # the call itself refused the team
+        return ("team", repr(team), ())
+    return ("team", found.handle, found.pes)
 
 
 def record_call(rec, layer: str, name: str, args: dict, result, t_before: int, t_after: int) -> None:
     """The events of call ``name`` (``layer``: "host" or "device") that returned ``result``."""
-    c = _Call(rec, f"pgas.{'device.' if layer == 'device' else ''}{name}", t_before, t_after)
-    c.layer = layer
+    c = _Call(rec, layer, f"pgas.{'device.' if layer == 'device' else ''}{name}", t_before, t_after,
+              args.get("stream"))
     me = rec.pe
-    group = _SCOPE.search(name)
+    group = _SCOPE.search(name) if c.thread[0] == "kernel" else None
     base = _SCOPE.sub("", name)
     if group:     # every thread of the warp or block calls it: one records the data, all are ordered
-        channel = ("group", me, c.thread[1], c.thread[2], group.group(1), c.thread[3][0] // 32
-                   if group.group(1) == "warp" else 0)
+        scope = group.group(1)
+        channel = ("group", me, c.thread[1], c.thread[2], scope, c.thread[4] // 32 if scope == "warp" else 0)
         # a barrier or collective: each thread takes part (its own quiet, its place in the team's order)
-        first = (c.thread[0] != "kernel" or _group_rank(c.thread, group.group(1)) == 0
-                 or bool(_SYNCS.match(base) or _COLLECTIVES.match(base)))
+        first = _group_rank(c.thread, scope) == 0 or bool(SYNCS.match(base) or COLLECTIVES.match(base))
     else:
         first = True
     if first:
-        leader = not group or c.thread[0] != "kernel" or _group_rank(c.thread, group.group(1)) == 0
+        leader = not group or _group_rank(c.thread, group.group(1)) == 0
         _record_base(c, me, base, name, args, result, leader)
     if group:
         c.event("release", channel)
@@ -171,8 +186,8 @@ def record_call(rec, layer: str, name: str, args: dict, result, t_before: int, t
 
 
 def _group_rank(thread, scope):
-    x = thread[3][0]
-    return x % 32 if scope == "warp" else x
+    linear = thread[4]
+    return linear % 32 if scope == "warp" else linear
 
 
 def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result, leader: bool = True) -> None:
@@ -181,7 +196,7 @@ def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result, leade
     if copy or signal:
         nbi = bool(copy.group(2) if copy else signal.group(1))
         pe = int(a["pe"])
-        dest, src = _array(a.get("dest", a.get("dst"))), _array(a["src"])
+        dest, src = _array(a["dest"]), _array(a["src"])
         if dest is None or src is None:
             return
         if copy and copy.group(1) == "get":      # dest.size elements of PE pe's src
@@ -189,11 +204,11 @@ def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result, leade
             c.local(None, True, pending=pe if nbi else -1, whole=dest)
             return
         c.local(None, False, pending=pe if nbi else -1, whole=src)   # src.size elements into dest
-        # a host put is complete on return (a device put's write only at quiet)
-        done = c.layer == "host" and not nbi and a.get("stream") is None
-        c.access(None, pe, True, pending=-1 if done else pe, whole=_elements(dest, src.size))
+        done = -1 if nbi else c.until_quiet(pe)       # a device put's write completes at quiet
+        value = src.reshape(-1)[0].item() if src.size == 1 else None
+        c.access(None, pe, True, pending=pe if nbi else done, value=value, whole=_elements(dest, src.size))
         if signal:
-            _signal_update(c, a["signal"], a["value"], a["sig_op"], pe, carries=True)
+            _signal_update(c, a["signal"], a["value"], a["sig_op"], pe, carries=True, pending=pe if nbi else done)
         return
     if base in ("p", "g"):
         pe = int(a["pe"])
@@ -206,8 +221,9 @@ def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result, leade
         _strided_copy(c, base, a)
         return
     if base in ("signal_op", "signal_add", "signal_set"):
-        sig_op = a.get("sig_op", SIGNAL_ADD if base == "signal_add" else 0 if base == "signal_set" else None)
-        _signal_update(c, a["signal"], a["value"], sig_op, int(a["pe"]))
+        sig_op = a.get("sig_op", SIGNAL_ADD if base == "signal_add" else SIGNAL_SET)
+        pe = int(a["pe"])
+        _signal_update(c, a["signal"], a["value"], sig_op, pe, pending=c.until_quiet(pe))
         return
     if base.startswith("atomic_"):
         _atomic(c, base, a, result)
@@ -219,16 +235,16 @@ def _record_base(c: _Call, me: int, base: str, name: str, a: dict, result, leade
     if base == "fence":
         c.event("fence", None)
         return
-    sync = _SYNCS.match(base)
+    sync = SYNCS.match(base)
     if sync:
         if base.startswith("barrier"):
             c.event("quiet", None)
-        key = _team_key(a["team"]) if "team" in a else ("team", TEAM_WORLD)
+        key = team_key(c.rec, a["team"] if "team" in a else TEAM_WORLD)
         c.event("release", key)
         c.event("acquire", key, after=True)
         return
-    if _COLLECTIVES.match(base):
-        key = _team_key(a.get("team", TEAM_WORLD))
+    if COLLECTIVES.match(base):
+        key = team_key(c.rec, a.get("team", TEAM_WORLD))
         if c.layer == "device" and leader:    # compared between the members at finalize (_replay)
             c.event("collective", (key, f"{name}({describe_arguments(a, skip=('team',))})", c.site))
         c.event("release", key)
@@ -278,28 +294,30 @@ def _lock_key(c: _Call, lock) -> tuple:
     return ("lock", placed[1] if placed else id(lock))
 
 
-def _signal_update(c: _Call, signal, value, sig_op, pe: int, carries: bool = False) -> None:
+def _signal_update(c: _Call, signal, value, sig_op, pe: int, pending: int, carries: bool = False) -> None:
     value = _scalar(value)
     if sig_op == SIGNAL_ADD:
-        c.access(signal, pe, True, pending=pe, atomic=True, update=("add", value), carries=carries,
+        c.access(signal, pe, True, pending=pending, atomic=True, update=("add", value), carries=carries,
                  whole=_first(signal))
     else:
-        c.access(signal, pe, True, pending=pe, atomic=True, value=value, carries=carries, whole=_first(signal))
+        c.access(signal, pe, True, pending=pending, atomic=True, value=value, carries=carries, whole=_first(signal))
 
 
 def _atomic(c: _Call, base: str, a: dict, result) -> None:
     pe = int(a["pe"])
     dest = _first(a["dest"])
     operand = _scalar(a.get("value", 1))
-    if base in _ATOMIC_UPDATES:        # non-fetching: delivered by quiet
+    if base in _ATOMIC_UPDATES:        # non-fetching: delivered by quiet (host: complete on return)
         op = _ATOMIC_UPDATES[base]
         if op == "set":
-            c.access(None, pe, True, pending=pe, atomic=True, value=operand, whole=dest)
+            c.access(None, pe, True, pending=c.until_quiet(pe), atomic=True, value=operand, whole=dest)
         else:
-            c.access(None, pe, True, pending=pe, atomic=True, update=(op, operand), whole=dest)
+            c.access(None, pe, True, pending=c.until_quiet(pe), atomic=True, update=(op, operand), whole=dest)
         return
     nbi = base.endswith("_nbi")
-    old = _word_value(c.rec, a["fetch"]) if nbi else _scalar(result)
+    # a host nbi fetch to another node lands at quiet: its old value is not known on return
+    landed_later = nbi and c.layer == "host"
+    old = None if landed_later else _word_value(a["fetch"]) if nbi else _scalar(result)
     kind = base[len("atomic_"):-len("_nbi")] if nbi else base[len("atomic_"):]
     if kind == "fetch":
         c.access(None, pe, False, atomic=True, whole=dest)
@@ -310,7 +328,7 @@ def _atomic(c: _Call, base: str, a: dict, result) -> None:
     if placed is not None and old is not None:   # it read the word: ordered after the write it read
         c.event("wait", (pe if placed[0] == c.rec.pe else placed[0], placed[1], old), after=True)
     if nbi:
-        c.local(a["fetch"], True, whole=_first(a["fetch"]))
+        c.local(a["fetch"], True, pending=pe if landed_later else -1, whole=_first(a["fetch"]))
 
 
 def updated(op: str, before, operand):
@@ -346,29 +364,36 @@ def _strided_copy(c: _Call, base: str, a: dict) -> None:
     dest = _strided(a["dest"], int(a["dst_stride"]), count, block)
     src = _strided(a["src"], int(a["src_stride"]), count, block)
     if base.endswith("put"):
-        c.local(None, False, whole=src)
-        c.access(None, pe, True, pending=-1 if c.layer == "host" and a.get("stream") is None else pe, whole=dest)
+        c.blocks(src, c.rec.pe, False)
+        c.blocks(dest, pe, True, pending=c.until_quiet(pe))
     else:
-        c.access(None, pe, False, whole=src)
-        c.local(None, True, whole=dest)
+        c.blocks(src, pe, False)
+        c.blocks(dest, c.rec.pe, True)
 
 
 def _wait(c: _Call, base: str, a: dict, result) -> None:
-    """A wait or successful test acquires from each word it read."""
-    if base.startswith("test") and not base.startswith("test_some"):
-        if base in ("test", "test_all", "test_all_vector"):
-            if not result:
-                return
-        elif int(result) < 0:
-            return
-    ivars = a.get("ivars", a.get("ivar", a.get("signal")))
-    data = _array(ivars)
-    if data is None:
-        return
-    placed = c.rec.place(data)
+    """A wait, or a test that found its condition, acquires from each word it saw satisfy it."""
+    ivars = _array(a.get("ivars", a.get("ivar", a.get("signal"))))
+    placed = c.rec.place(ivars) if ivars is not None else None
     if placed is None:
         return
-    flat = data.reshape(-1)
-    words = flat.size if re.search(r"_(all|any|some)", base) else min(flat.size, 1)
-    for i in range(words):
-        c.event("wait", (placed[0], placed[1] + i * flat.itemsize, flat[i].item()), after=True)
+    flat = ivars.reshape(-1)
+    if base in ("wait_until", "test", "signal_wait_until", "signal_wait", "signal_fetch"):
+        if base == "test" and not result:
+            return
+        seen = result if base in ("signal_wait_until", "signal_fetch") and result is not None else flat[0].item()
+        words = {0: _scalar(seen)}
+    elif "_any" in base:            # the index of one that holds, or -1
+        index = int(result)
+        words = {index: flat[index].item()} if index >= 0 else {}
+    elif "_some" in base:           # how many hold; their indices in ``indices``
+        indices = _array(a["indices"]).reshape(-1)[:int(result)]
+        words = {int(i): flat[int(i)].item() for i in indices}
+    else:                           # _all: every included one (a test: only when it returned true)
+        if base.startswith("test") and not result:
+            return
+        status = _array(a.get("status"))
+        excluded = status.reshape(-1) if status is not None and status.size else np.zeros(flat.size)
+        words = {i: flat[i].item() for i in range(flat.size) if not excluded[i]}
+    for i, value in words.items():
+        c.event("wait", (placed[0], placed[1] + i * flat.itemsize, value), after=True)

@@ -2,7 +2,8 @@
 each thread made them, stamped with the machine's monotonic clock.
 
 An event is ``(time_ns, pe, thread, kind, data)``: ``thread`` is ``("host", n)`` for a
-host thread or ``("kernel", launch, blockIdx, threadIdx)`` for a simulated CUDA thread;
+host thread or ``("kernel", launch, blockIdx, threadIdx, linear thread index in its block)``
+for a simulated CUDA thread;
 ``kind`` and ``data`` are those ``_replay`` understands (``access``, ``quiet``, ``fence``,
 ``release``, ``acquire``, ``wait``, ``launch``, ``kernel_end``, ``allocate``, ``end``).
 Memory is named by its owner PE and its byte range in that PE's symmetric heap (the same
@@ -75,17 +76,19 @@ class Recorder:
     # Where ---------------------------------------------------------------------------
 
     def thread(self) -> tuple:
+        """The calling thread as events name it (module docstring)."""
         current = threading.current_thread()
         block = getattr(current, "blockIdx", None)
         if block is not None and hasattr(current, "syncthreads"):
             t = current.threadIdx
-            return ("kernel", self.launch, (block.x, block.y, block.z), (t.x, t.y, t.z))
+            return ("kernel", self.launch, (block.x, block.y, block.z), (t.x, t.y, t.z), current.thread_id)
         ident = threading.get_ident()
         with self._lock:
             number = self._host_threads.setdefault(ident, len(self._host_threads))
         return ("host", number)
 
     def site(self) -> str:
+        """``file:line`` of the user's code that made the current call."""
         return source_site(self._skip)
 
     def place(self, arr) -> tuple[int, int, int] | None:
@@ -106,10 +109,12 @@ class Recorder:
     # Events --------------------------------------------------------------------------
 
     def add(self, kind: str, data, thread: tuple | None = None, t: int | None = None) -> None:
+        """Record an event (default: the calling thread's, now)."""
         self.events.append((time.monotonic_ns() if t is None else t, self.pe,
                             self.thread() if thread is None else thread, kind, data))
 
     def new_launch(self) -> int:
+        """Number the kernel launch about to run (its threads' events carry the number)."""
         self.launch = next(self._launches)
         return self.launch
 
@@ -123,11 +128,13 @@ def recorder() -> Recorder | None:
 
 
 def start(rt) -> Recorder:
+    """Record this PE's events from now on."""
     global _current
     _current = Recorder(rt)
     return _current
 
 
 def stop() -> None:
+    """Stop recording (the events were analysed)."""
     global _current
     _current = None

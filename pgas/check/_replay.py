@@ -149,6 +149,8 @@ class _Replay:
         self.allocations: dict[int, list] = {}      # owner -> [(lo, hi, site, dtype, shape, zeroed)]
         self.findings: dict[tuple, Finding] = {}
         self.collectives: dict[tuple, dict] = {}   # team -> PE -> [(call, site)] of device collectives
+        self.fills: dict[int, list] = {}            # owner -> [(lo, hi, value or None, knowledge)]: wider writes
+        self.launchers: dict[tuple, tuple] = {}     # (PE, launch) -> the host thread that launched it
 
     # Clocks ---------------------------------------------------------------------------
 
@@ -202,6 +204,8 @@ class _Replay:
         self.check(seen, knows)
         if a.write and a.hi - a.lo <= 8:
             self.written(seen, knows)
+        elif a.write:
+            self.filled(seen, knows)
         if a.pending >= 0:
             t.pending.append((a.pending, t.n, seen))
         t.last = seen
@@ -244,7 +248,33 @@ class _Replay:
         if len(history) > 64:
             del history[:-64]
 
+    def filled(self, seen: _Seen, knows: dict) -> None:
+        """A write of several words (a put, ``a[:] = 0``): the words' histories start again
+        from it (its value where one value was written to all)."""
+        a = seen.access
+        released = dict(knows)
+        if seen.comp[0] == "o":
+            released[("ps", seen.comp[1], seen.val, seen.comp[2])] = 1
+        fills = self.fills.setdefault(a.owner, [])
+        fills.append((a.lo, a.hi, a.value, released))
+        if len(fills) > 256:
+            del fills[:-256]
+        for key in [k for k in self.words if k[0] == a.owner and a.lo <= k[1] < a.hi]:
+            self.words[key] = [(a.value, released, seen)]
+
+    def fill_of(self, owner: int, offset: int):
+        """The latest wide write over ``offset`` (value, knowledge), or None."""
+        for lo, hi, value, released in reversed(self.fills.get(owner, [])):
+            if lo <= offset < hi:
+                return value, released
+        return None
+
     def initial(self, owner: int, offset: int):
+        """The word's value before any write the history holds: a wide write's, or 0 in a
+        zeroed allocation; None where not known."""
+        fill = self.fill_of(owner, offset)
+        if fill is not None:
+            return fill[0]
         for lo, hi, _, _, _, zeroed in reversed(self.allocations.get(owner, [])):
             if lo <= offset < hi:
                 return 0 if zeroed else None
@@ -258,10 +288,13 @@ class _Replay:
             _join(t.vc, match[-1][1])
             _prune(t.vc)
             t.waited_for[match[-1][2].comp[1]] = match[-1][2]
-        else:
-            for entry in history:
-                _join(t.vc, entry[1])
-                t.waited_for[entry[2].comp[1]] = entry[2]
+            return
+        for entry in history:          # the value's write is not known: every write of the word
+            _join(t.vc, entry[1])
+            t.waited_for[entry[2].comp[1]] = entry[2]
+        fill = self.fill_of(owner, offset)
+        if not history and fill is not None and (fill[0] is None or _same(fill[0], value)):
+            _join(t.vc, fill[1])       # a word a wide write (a put of several flags) set
 
     def on_collective(self, t: _Thread, pe: int, data) -> None:
         team, call, site = data
@@ -293,6 +326,13 @@ class _Replay:
             t.vc[("o", t.key, target)] = t.n
             t.fenced[target] = t.n
         t.pending = [p for p in t.pending if p[0] not in done]
+        launcher = self.threads.get(self.launchers.get((pe, t.key[1][1]))) if t.key[1][0] == "kernel" else None
+        if launcher is not None:       # a quiet is the PE's: it completes what earlier kernels left
+            known = t.vc.get(("p", launcher.key), 0)
+            for target in launcher.targets if pes is None else set(pes) & launcher.targets:
+                comp = ("o", launcher.key, target)
+                t.vc[comp] = max(t.vc.get(comp, 0), known)
+            launcher.pending = [p for p in launcher.pending if p[1] > known or (pes is not None and p[0] not in pes)]
 
     def on_fence(self, t: _Thread, pe: int, _) -> None:
         for target in t.targets:
@@ -306,7 +346,10 @@ class _Replay:
         _prune(t.vc)
 
     def on_launch(self, t: _Thread, pe: int, launch: int) -> None:
+        t.active = True                # its clock component orders what the kernel's threads knew
+        t.vc[("p", t.key)] = t.n
         self.launch_clocks[(pe, launch)] = dict(t.vc)
+        self.launchers[(pe, launch)] = t.key
 
     def on_kernel_end(self, t: _Thread, pe: int, launch: int) -> None:
         kernel = [k for k in self.threads if k[0] == pe and k[1][0] == "kernel" and k[1][1] == launch]
@@ -326,6 +369,7 @@ class _Replay:
                      and c[1][1][1] == launch]:
             del t.vc[comp]
         self.launch_clocks.pop((pe, launch), None)
+        self.launchers.pop((pe, launch), None)
 
     def on_allocate(self, t: _Thread, pe: int, data) -> None:
         lo, hi, site, dtype, shape, zeroed = data

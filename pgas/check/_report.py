@@ -11,7 +11,7 @@ __all__ = ["describe", "summary"]
 def _thread(thread: tuple) -> str:
     if thread[0] == "host":
         return "host" if thread[1] == 0 else f"host thread {thread[1]}"
-    _, launch, block, t = thread
+    _, launch, block, t, _ = thread
     b = block[0] if block[1:] == (0, 0) else block
     x = t[0] if t[1:] == (0, 0) else t
     return f"kernel (launch {launch}) blockIdx {b} threadIdx {x}"
@@ -35,6 +35,7 @@ def _memory(finding: Finding) -> str:
 
 
 def describe(finding: Finding) -> str:
+    """The report of one finding: what, where, both accesses or calls, what would fix it."""
     if finding.kind == "collective":
         (pe_a, call_a, site_a), (pe_b, call_b, site_b), number, team = finding.calls
         return (f"pgas check: device collective calls differ on team {team} (call {number} of each PE)\n"
@@ -48,6 +49,7 @@ def describe(finding: Finding) -> str:
 
 
 def summary(findings: list, n_pes: int, events: int) -> str:
+    """The last line of a checked run."""
     if not findings:
         return f"pgas check: no problems found ({events} events of {n_pes} PEs checked)"
     count = {kind: sum(f.kind == kind for f in findings) for kind in ("race", "incomplete", "collective")}

@@ -33,8 +33,6 @@ def _watch_kernels() -> None:
     from numba.cuda.simulator import kernel
 
     launch = kernel.FakeCUDAKernel.__call__
-    if getattr(launch, "pgas_checked", False):
-        return
 
     @functools.wraps(launch)
     def launched(self, *args):
@@ -49,9 +47,12 @@ def _watch_kernels() -> None:
             rec.add("kernel_end", number)
 
     launched.pgas_checked = True
-    kernel.FakeCUDAKernel.__call__ = launched
+    if not getattr(launch, "pgas_checked", False):
+        kernel.FakeCUDAKernel.__call__ = launched
 
     syncthreads = kernel.BlockThread.syncthreads
+    if getattr(syncthreads, "pgas_checked", False):
+        return
 
     @functools.wraps(syncthreads)
     def synchronized(thread):
@@ -65,4 +66,5 @@ def _watch_kernels() -> None:
         rec.add("acquire", channel)
         return result
 
+    synchronized.pgas_checked = True
     kernel.BlockThread.syncthreads = synchronized

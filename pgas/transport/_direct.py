@@ -118,7 +118,7 @@ class DirectCopies:
     def get(self, dest, src, pe) -> bool:
         """PE ``pe``'s ``src`` into ``dest`` if the fast path applies (then True)."""
         known = self._known.get(id(src))
-        local = dest._ary if type(dest) is self._wrapper else dest
+        local = dest._ary if isinstance(dest, self._wrapper) else dest
         if (known is None or known[0] is not src or type(pe) is not int or pe < 0 or pe >= len(known[5])
                 or type(local) is not np.ndarray or local.shape != known[2] or local.dtype != known[1]
                 or not local.flags.c_contiguous or not local.flags.writeable or local.nbytes > _ASSIGN_BYTES):
