@@ -190,3 +190,11 @@ def test_a_later_kernels_quiet_completes_what_an_earlier_kernel_left():
         run.add(1, HOST, "acquire", WORLD)
         run.load(1)
         assert run.races() == expected
+
+
+def test_a_wait_on_a_flag_that_a_wide_put_set_is_ordered_after_that_put():
+    run = Run()
+    run.put(0, 1, 64, 80, site="put of two flags")
+    run.add(1, HOST, "wait", (1, 64, 1))
+    run.load(1, 64, 80, site="load of the flags")
+    assert run.races() == []

@@ -45,13 +45,13 @@ def checked_host_api(namespace: dict, names: list, aliases: dict) -> None:
 def _agreeing(name: str, function):
     @functools.wraps(function)
     def agreed(*args, **kwargs):
-        rt = _state.current()
-        if rt is not None and recorder() is not None:
+        rt, rec = _state.current(), recorder()
+        if rt is not None and rec is not None:
             arguments = bind(function, args, kwargs)
             team = team_of(rt, arguments.get("team", TEAM_WORLD), f"pgas.{name}")
             skip = ("team", "src", "dest") if name in _VARIABLE_SIZES else ("team",)
             # released before the agreement, which every member leaves only when all arrived
-            recorder().add("release", team_key(recorder(), arguments.get("team", TEAM_WORLD)))
+            rec.add("release", team_key(rec, team.handle))
             wait_all(team.comm, f"pgas.{name}", team.pes, record=describe_arguments(arguments, skip))
         return function(*args, **kwargs)
     return agreed

@@ -24,6 +24,7 @@ from ..runtime import _state
 
 __all__ = ["Recorder", "recorder", "start", "stop", "source_site", "IGNORED_DIRS"]
 
+_byte_bounds = getattr(np, "byte_bounds", None) or np.lib.array_utils.byte_bounds   # moved in numpy 2
 _PGAS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Frames in these directories are not the user's: a site is the first frame outside them.
 IGNORED_DIRS = (_PGAS_DIR + os.sep, os.path.dirname(threading.__file__) + os.sep)
@@ -38,11 +39,11 @@ def _numba_dirs() -> tuple:
             os.path.dirname(os.path.dirname(cuda)) + os.sep)
 
 
-def source_site(skip: tuple = ()) -> str:
-    """``file:line`` of the innermost frame that is the user's (not pgas, numba or the
-    standard library), e.g. ``ring.py:41``, with the directory where it helps tell files apart."""
+def source_site(ignored: tuple = IGNORED_DIRS) -> str:
+    """``file:line`` of the innermost frame that is the user's (not in a directory of
+    ``ignored``: pgas, numba, the standard library), e.g. ``ring.py:41``, with the directory
+    where it helps tell files apart."""
     frame = sys._getframe(1)
-    ignored = IGNORED_DIRS + skip
     while frame is not None:
         path = frame.f_code.co_filename
         if not path.startswith(ignored) and not path.startswith("<"):
@@ -70,7 +71,9 @@ class Recorder:
         self._host_threads: dict[int, int] = {}
         self._launches = itertools.count(1)
         self._lock = threading.Lock()
-        self._skip = _numba_dirs()
+        self._ignored = IGNORED_DIRS + _numba_dirs()
+        # the heaps mapped here, fixed from init on: (PE, address)
+        self._heaps = [(pe, base) for pe, base in enumerate(rt.heap.bases) if base is not None]
         self.launch = 0              # the kernel launch running now (the simulator runs one at a time)
 
     # Where ---------------------------------------------------------------------------
@@ -89,20 +92,17 @@ class Recorder:
 
     def site(self) -> str:
         """``file:line`` of the user's code that made the current call."""
-        return source_site(self._skip)
+        return source_site(self._ignored)
 
     def place(self, arr) -> tuple[int, int, int] | None:
         """(owner PE, first byte, one past the last) of a numpy array in a symmetric heap as
         mapped here (this PE's or a node peer's); None where it lies in none."""
         if not isinstance(arr, np.ndarray) or arr.size == 0:
             return None
-        start, end = np.byte_bounds(arr) if hasattr(np, "byte_bounds") else np.lib.array_utils.byte_bounds(arr)
-        heap = self.rt.heap
-        for pe, view in enumerate(getattr(heap, "views", ())):
-            if view is None:
-                continue
-            base = view.__array_interface__["data"][0]
-            if base <= start and end <= base + heap.size:
+        start, end = _byte_bounds(arr)
+        size = self.rt.heap.size
+        for pe, base in self._heaps:
+            if base <= start and end <= base + size:
                 return pe, start - base, end - base
         return None
 

@@ -237,11 +237,7 @@ class _Replay:
         if a.update:
             before = previous[0] if previous else self.initial(a.owner, a.lo)
             value = updated(a.update[0], before, a.update[1])
-        released = dict(knows)
-        if seen.comp[0] == "o":     # a wait that sees it is ordered after it (and its put_signal's put)
-            if seen.alt is None:
-                seen.alt = ("ps", seen.comp[1], seen.val, seen.comp[2])
-            released[seen.alt] = 1
+        released = _released(seen, knows)
         if a.atomic and previous is not None:         # a release sequence
             _join(released, previous[1])
         history.append((value, released, seen))
@@ -252,9 +248,7 @@ class _Replay:
         """A write of several words (a put, ``a[:] = 0``): the words' histories start again
         from it (its value where one value was written to all)."""
         a = seen.access
-        released = dict(knows)
-        if seen.comp[0] == "o":
-            released[("ps", seen.comp[1], seen.val, seen.comp[2])] = 1
+        released = _released(seen, knows)
         fills = self.fills.setdefault(a.owner, [])
         fills.append((a.lo, a.hi, a.value, released))
         if len(fills) > 256:
@@ -275,10 +269,8 @@ class _Replay:
         fill = self.fill_of(owner, offset)
         if fill is not None:
             return fill[0]
-        for lo, hi, _, _, _, zeroed in reversed(self.allocations.get(owner, [])):
-            if lo <= offset < hi:
-                return 0 if zeroed else None
-        return None
+        allocation = self.allocation_at(owner, offset)
+        return 0 if allocation is not None and allocation[5] else None
 
     def on_wait(self, t: _Thread, pe: int, data) -> None:
         owner, offset, value = data
@@ -390,11 +382,17 @@ class _Replay:
 
     # Reports --------------------------------------------------------------------------
 
-    def allocation_of(self, a: Access):
-        for lo, hi, site, dtype, shape, _ in reversed(self.allocations.get(a.owner, [])):
-            if lo <= a.lo < hi:
-                return site, dtype, shape, lo
+    def allocation_at(self, owner: int, offset: int) -> tuple | None:
+        """The latest allocation (lo, hi, site, dtype, shape, zeroed) of PE ``owner`` holding ``offset``."""
+        for allocation in reversed(self.allocations.get(owner, [])):
+            if allocation[0] <= offset < allocation[1]:
+                return allocation
         return None
+
+    def allocation_of(self, a: Access):
+        """(site, dtype, shape, first byte) of the array ``a`` touched, for reports."""
+        found = self.allocation_at(a.owner, a.lo)
+        return None if found is None else (found[2], found[3], found[4], found[0])
 
     def report(self, old: _Seen, new: _Seen, knows: dict) -> None:
         key = ("race",) + tuple(sorted((old.access.site, new.access.site)))
@@ -408,30 +406,43 @@ class _Replay:
         later = self.threads.get((new.pe, new.thread))
         if issuer == (new.pe, new.thread):         # one thread, its own operations
             if new.comp[0] == "o":
-                return (f"the {_short(a.op)} at {a.site} may be delivered before the {_short(o.op)} at {o.site} "
+                return (f"the {_call_name(a.op)} at {a.site} may be delivered before the {_call_name(o.op)} at {o.site} "
                         f"to the same memory: fence() or quiet() between them")
-            return (f"no quiet between the {_short(o.op)} at {o.site} and the {_what(a)} at {a.site} (until quiet, "
+            return (f"no quiet between the {_call_name(o.op)} at {o.site} and the {_access_name(a)} at {a.site} (until quiet, "
                     f"the operation may still read or write these bytes)")
         if old.comp[0] == "o" and knows.get(("p", issuer), 0) >= old.val:
             saw = later.waited_for.get(issuer) if later is not None else None
             if saw is not None and saw.access.site != o.site:
-                via = f"the {_short(saw.access.op)} at {saw.access.site} that PE {new.pe} waited for"
+                via = f"the {_call_name(saw.access.op)} at {saw.access.site} that PE {new.pe} waited for"
             else:
                 via = f"what PE {new.pe} synchronized on"
-            return (f"no quiet between the {_short(o.op)} at {o.site} and {via}: the {_short(o.op)} may not be "
+            return (f"no quiet between the {_call_name(o.op)} at {o.site} and {via}: the {_call_name(o.op)} may not be "
                     f"delivered yet (quiet() first; or fence() before a flag; or put_signal)")
         first, second = sorted((old.pe, new.pe))
         return (f"nothing orders them: PE {first} and PE {second} do not synchronize between the two "
                 f"(a barrier, a collective, or a signal/flag wait after quiet)")
 
 
-def _short(op: str) -> str:
+def _released(seen: _Seen, knows: dict) -> dict:
+    """What a write releases to a wait that sees its value: what its thread knew, and for
+    an operation completed at quiet the write itself (its own ``("ps", ...)`` component,
+    which a put_signal's put shares with its signal)."""
+    released = dict(knows)
+    if seen.comp[0] == "o":
+        if seen.alt is None:
+            seen.alt = ("ps", seen.comp[1], seen.val, seen.comp[2])
+        released[seen.alt] = 1
+    return released
+
+
+def _call_name(op: str) -> str:
+    """``pgas.device.put`` -> ``put``."""
     return op.rsplit(".", 1)[-1]
 
 
-def _what(a: Access) -> str:
+def _access_name(a: Access) -> str:
     if a.rma:
-        return _short(a.op)
+        return _call_name(a.op)
     return "store" if a.write else "load"
 
 
