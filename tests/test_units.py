@@ -132,3 +132,9 @@ def test_the_wire_cache_is_dropped_when_its_sources_change(tmp_path, monkeypatch
     _cache.drop_if_stale(wire)
     assert not (tmp_path / files[0]).exists()
     assert (tmp_path / "pgas_wire_sources.sha256").read_text() == "an edited source"
+    # the first module to look (here the MPI exchange's) drops every wire module's files:
+    # it writes the stamp the others then find
+    (tmp_path / files[2]).write_text("x")
+    monkeypatch.setattr(_cache, "_digest", lambda: "edited again")
+    _cache.drop_if_stale([dispatcher("_mpi")])
+    assert not (tmp_path / files[2]).exists()

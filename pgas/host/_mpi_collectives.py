@@ -1,5 +1,6 @@
-"""Host collectives on teams that span nodes, by the MPI library's own collectives on the
-team's communicator (as NVSHMEM hands its host collectives to NCCL): MPI's algorithms
+"""Host collectives on teams that span nodes, by MPI on the team's communicator: small ones
+as one exchange of point-to-point messages (``_mpi_exchange``), the others by the MPI
+library's own collectives (as NVSHMEM hands its host collectives to NCCL): MPI's algorithms
 already use shared memory inside a node and the network between nodes, and measured
 between two hosts they beat reading every member's data through a remote engine
 (docs/collectives.md, "Across nodes").
@@ -15,6 +16,8 @@ import numpy as np
 
 from ..core._reductions import reduce_into
 from ..runtime._barrier import wait_requests
+from . import _mpi_exchange as exchange
+from ._fold_code import compiled_fold
 
 __all__ = ["spans_nodes", "reduce_runner", "broadcast_runner", "fcollect_runner"]
 
@@ -44,14 +47,17 @@ def _wait(call, requests, nbytes: int) -> None:
 
 
 def reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: bool):
-    """All-reduce ``s`` into ``d`` (``in_place``: they are the same array). Integers by
-    MPI's all-reduce (exact in any order); floats and bools by MPI's all-gather, then every member
+    """All-reduce ``s`` into ``d`` (``in_place``: they are the same array). Small ones as
+    one exchange of messages (``_exchange_reduce_runner``); larger integers by MPI's
+    all-reduce (exact in any order); floats and bools by MPI's all-gather, then every member
     folds the members' arrays in rank order as pgas's own algorithms do (numpy's results,
     NaNs included, the same bits everywhere: MPI's reductions add in an order of their own
     and its min and max treat NaN otherwise)."""
     from mpi4py import MPI
     comm = call.team.comm
 
+    if _exchanged(call, s.nbytes):
+        return _exchange_reduce_runner(call, d, s, op, ufunc)
     if d.dtype in _INTEGERS:
         mpi_op = getattr(MPI, _MPI_OPS[op])
         source = MPI.IN_PLACE if in_place else s
@@ -66,6 +72,39 @@ def reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: 
     def run():
         _wait(call, [comm.Iallgather(_typeless(s), _typeless(gathered))], gathered.nbytes)
         reduce_into(d, list(gathered), ufunc)
+    return run
+
+
+def _exchanged(call, nbytes: int) -> bool:
+    """True when a call moving ``nbytes`` per member runs as one exchange of messages
+    (``_mpi_exchange``): few members, small arrays."""
+    return call.n <= exchange.MEMBERS and nbytes <= exchange.BYTES
+
+
+def _others(call) -> list:
+    return [rank for rank in range(call.n) if rank != call.me]
+
+
+def _exchange_reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc):
+    """Every member's ``s`` to every member, then each folds them in rank order (numpy's
+    bits on every member, for every dtype)."""
+    gathered = np.empty((call.n, s.size), s.dtype)
+    moves = exchange.Exchange(call, "reduce", [(s, rank) for rank in _others(call)],
+                              [(gathered[rank], rank) for rank in _others(call)], local=(gathered[call.me], s))
+    fold = compiled_fold(s.dtype, op) if d.flags.c_contiguous else None
+    if fold is None:
+        rows = list(gathered)
+
+        def run():
+            moves.run()
+            reduce_into(d, rows, ufunc)
+        return run
+    rows = np.array([row.ctypes.data for row in gathered], np.uint64)
+    arguments = (d.ctypes.data, rows.ctypes.data, call.n, s.size)
+
+    def run(rows=rows):     # (the default keeps the addresses' array as long as the body lives)
+        moves.run()
+        fold(*arguments)
     return run
 
 
@@ -107,6 +146,21 @@ def _scattered_fold_runner(call, d: np.ndarray, s: np.ndarray, ufunc):
 
 def broadcast_runner(call, d: np.ndarray, s: np.ndarray, root: int, same: bool):
     """Member ``root``'s ``s`` into every member's ``d``."""
+    if _exchanged(call, d.nbytes):
+        parent, children = _broadcast_tree(call, root)
+        if call.me == root:
+            return exchange.Exchange(call, "broadcast", [(s, rank) for rank in children], [],
+                                     local=None if same else (d, s)).run
+        receive = exchange.Exchange(call, "broadcast", [], [(d, parent)])
+        if not children:
+            return receive.run
+        forward = exchange.Exchange(call, "broadcast", [(d, rank) for rank in children], [])
+
+        def run():
+            receive.run()
+            forward.run()
+        return run
+
     def run():
         if call.me == root and not same:
             np.copyto(d, s)
@@ -114,8 +168,30 @@ def broadcast_runner(call, d: np.ndarray, s: np.ndarray, root: int, same: bool):
     return run
 
 
+def _broadcast_tree(call, root: int) -> tuple:
+    """(parent, children) of this member, by team rank, in a broadcast from ``root``: the
+    root sends to the members of its own node and to one member of every other node (its
+    lowest rank), which sends on to the rest of its node; one message per member crosses
+    between nodes, and the root sends fewer than one per member."""
+    node_of = call.rt.boot.node_of
+    node = [node_of[pe] for pe in call.team.pes]
+    leaders: dict = {node[root]: root}
+    for rank in range(call.n):
+        leaders.setdefault(node[rank], rank)
+
+    def parent_of(rank: int) -> int:
+        return root if leaders[node[rank]] == rank or node[rank] == node[root] else leaders[node[rank]]
+    children = [rank for rank in range(call.n) if rank != root and parent_of(rank) == call.me]
+    return (None if call.me == root else parent_of(call.me)), children
+
+
 def fcollect_runner(call, d: np.ndarray, s: np.ndarray):
     """Every member's ``s`` into ``d``, in team-rank order."""
+    if _exchanged(call, s.nbytes):
+        blocks = d.reshape(call.n, s.size)
+        return exchange.Exchange(call, "fcollect", [(s, rank) for rank in _others(call)],
+                                 [(blocks[rank], rank) for rank in _others(call)], local=(blocks[call.me], s)).run
+
     def run():
         _wait(call, [call.team.comm.Iallgather(_typeless(s), _typeless(d))], d.nbytes)
     return run

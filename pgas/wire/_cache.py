@@ -16,6 +16,7 @@ __all__ = ["drop_if_stale"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 SOURCES = ("wire/_target.py", "wire/_batch.py", "wire/_worker.py", "wire/_ucp.py", "wire/_native.py",
+           "wire/_mpi.py", "wire/_mpi_api.py",
            "transport/_ucx.py", "nic/_mlx5.py")
 _STAMP = "pgas_wire_sources.sha256"
 
@@ -28,15 +29,14 @@ def _digest() -> str:
 
 
 def drop_if_stale(dispatchers) -> None:
-    """Remove the cache files of the modules of ``dispatchers`` (numba functions compiled
-    with ``cache=True``) unless the stamp in their cache folders says the sources are the
-    same; then write the stamp."""
+    """Remove the cache files of every module of ``SOURCES`` from the cache folders of
+    ``dispatchers`` (numba functions compiled with ``cache=True``) unless the stamp there
+    says the sources are the same; then write the stamp. (Every module's, not only the
+    dispatchers': the first caller's stamp is every later caller's.)"""
     digest = _digest()
-    folders: dict[str, set] = {}
-    for dispatcher in dispatchers:
-        cache = dispatcher._cache      # numba's FunctionCache: where the files go, and their prefix
-        folders.setdefault(cache._cache_path, set()).add(dispatcher.py_func.__module__.rsplit(".", 1)[-1] + ".")
-    for folder, prefixes in folders.items():
+    prefixes = tuple(Path(name).stem + "." for name in SOURCES)
+    folders = {dispatcher._cache._cache_path for dispatcher in dispatchers}    # numba's FunctionCache
+    for folder in folders:
         stamp = os.path.join(folder, _STAMP)
         try:
             with open(stamp) as kept:
@@ -46,7 +46,7 @@ def drop_if_stale(dispatchers) -> None:
             pass
         try:
             for name in os.listdir(folder):
-                if name.startswith(tuple(prefixes)) and name.endswith((".nbi", ".nbc")):
+                if name.startswith(prefixes) and name.endswith((".nbi", ".nbc")):
                     os.unlink(os.path.join(folder, name))
             os.makedirs(folder, exist_ok=True)
             temporary = f"{stamp}.{os.getpid()}"

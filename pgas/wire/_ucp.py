@@ -23,7 +23,7 @@ import sys
 
 from ..core._errors import PgasError
 
-__all__ = ["load", "natives", "register_symbol", "UCS_OK", "UCS_INPROGRESS", "UCS_ERR_BUSY"]
+__all__ = ["load", "natives", "libc", "register_symbol", "UCS_OK", "UCS_INPROGRESS", "UCS_ERR_BUSY"]
 
 API_MAJOR, API_MINOR = 1, 12        # the oldest API whose structs hold every field set here
 
@@ -116,6 +116,22 @@ def register_symbol(name: str, address: int) -> None:
     llvm.add_symbol(f"pgas_{name}", address)
 
 
+def libc() -> dict:
+    """libc's few functions the wire calls (``_LIBC``), by name, registered for native
+    code (once)."""
+    if not _libc:
+        library = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        for name, (result, arguments) in _LIBC.items():
+            function = getattr(library, name)
+            function.restype, function.argtypes = result, list(arguments)
+            register_symbol(name, ctypes.cast(function, ctypes.c_void_p).value)
+            _libc[name] = function
+    return _libc
+
+
+_libc: dict = {}
+
+
 def _declared(result, arguments):
     """The numba signature of a declaration (pointers and handles as int64)."""
     from numba import types
@@ -138,10 +154,7 @@ class Library:
             function = getattr(cdll, name)
             function.restype, function.argtypes = result, list(arguments)
             setattr(self, name, function)
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-        for name, (result, arguments) in _LIBC.items():
-            function = getattr(libc, name)
-            function.restype, function.argtypes = result, list(arguments)
+        for name, function in libc().items():
             setattr(self, name, function)
         for name in _NATIVE:
             register_symbol(name, ctypes.cast(getattr(self, name), ctypes.c_void_p).value)

@@ -505,3 +505,57 @@ def check_bfloat16_reductions_every_op_algorithm_and_team():
         pgas.reduce(pgas.TEAM_WORLD, dest, src[:2], "xor")
     for a in (raw_dest, raw_src, dest, src):
         pgas.free(a)
+
+
+def check_small_calls_across_nodes_as_one_exchange_of_messages():
+    """Across nodes, calls of up to 64 KiB per member on teams of up to 8 run as one
+    exchange of persistent MPI messages (``_mpi_exchange``): calls on two pairs of arrays
+    alternate (two kept exchanges of one kind, matched in call order), broadcast roots run
+    ahead of sleeping readers, the all-reduce folds every dtype in rank order (compiled
+    folds, and numpy's for float16 and bool), in place too; at the size limit and one
+    element past it (MPI's own collectives) alike, on the world and a split team."""
+    import time
+
+    from pgas.host import _mpi_exchange
+    me = pgas.my_pe()
+    limit = _mpi_exchange.BYTES // 4
+    made = teams()
+    for name, team in made[:2]:
+        for count in (1, 3, limit, limit + 1):
+            pairs = [(pgas.empty(count, np.float32), pgas.empty(count, np.float32)) for _ in range(2)]
+            gathered = [pgas.empty(8 * count, np.float32) for _ in range(2)]
+            if team is not None:
+                pes, size = members(team), pgas.team_n_pes(team)
+                for step in range(6):
+                    which = step % 2
+                    src, dest = pairs[which]
+                    src.copy_to_device(np.full(count, 10 * me + step, np.float32))
+                    pgas.reduce(team, dest, src)
+                    assert np.all(dest.copy_to_host() == sum(10 * pe + step for pe in pes)), (name, count, step)
+                    pgas.fcollect(team, gathered[which][:size * count], src)
+                    want = np.repeat(np.array([10 * pe + step for pe in pes], np.float32), count)
+                    assert np.array_equal(gathered[which][:size * count].copy_to_host(), want), (name, count, step)
+                    root = step % size
+                    if step % 3 == 1 and pgas.team_my_pe(team) != root:
+                        time.sleep(0.01)
+                    pgas.broadcast(team, dest, src, root)
+                    assert np.all(dest.copy_to_host() == 10 * pes[root] + step), (name, count, step)
+                    pgas.reduce(team, src, src, "max")       # in place
+                    assert np.all(src.copy_to_host() == 10 * max(pes) + step), (name, count, step)
+            for dtype in (np.int8, np.uint64, np.float16, np.float64, np.bool_):
+                src, dest = pgas.empty(count, dtype), pgas.empty(count, dtype)
+                if team is not None:
+                    def values(pe):
+                        if np.dtype(dtype).kind == "f":
+                            return inputs(pe, count, dtype, "sum")
+                        return full_range(pe, count, dtype)
+                    src.copy_to_device(values(me))
+                    for op in ("sum", "min") if dtype != np.bool_ else ("and", "or"):
+                        pgas.reduce(team, dest, src, op)
+                        want = expected(op, [values(pe) for pe in pes])
+                        assert np.array_equal(dest.copy_to_host(), want), (name, count, dtype, op)
+                pgas.free(dest)
+                pgas.free(src)
+            for a in (*gathered, *(a for pair in pairs for a in pair)):
+                pgas.free(a)
+    destroy(made)
