@@ -108,3 +108,25 @@ def test_pe_suites_between_two_hosts(two_hosts, tmp_path, transport, module):
               if r != "ok" and not r.startswith("skipped")}
     assert not failed, failed
     assert all(set(per_pe) == set(check_names(module)) for per_pe in results.values())
+
+
+ONE_CHECK = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import pgas
+import checks_collectives
+pgas.init()
+checks_collectives.check_small_calls_across_nodes_as_one_exchange_of_messages()
+print(f"PE {pgas.my_pe()} ok", flush=True)
+pgas.finalize()
+"""
+
+
+def test_small_collectives_between_two_hosts(two_hosts, tmp_path):
+    # one exchange of MPI messages between the hosts (host/_mpi_exchange.py), and the
+    # broadcast's two-level tree with a member on each host forwarding
+    script = tmp_path / "one_check.py"
+    script.write_text(ONE_CHECK)
+    proc = _on_two_hosts(two_hosts, 4, sys.executable, str(script), str(PE_DIR))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert all(f"PE {pe} ok" in proc.stdout for pe in range(4)), proc.stdout[-3000:]

@@ -102,7 +102,7 @@ def _exchange_reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc):
     rows = np.array([row.ctypes.data for row in gathered], np.uint64)
     arguments = (d.ctypes.data, rows.ctypes.data, call.n, s.size)
 
-    def run(rows=rows):     # (the default keeps the addresses' array as long as the body lives)
+    def run(keep=(rows, gathered)):     # (the default keeps what the addresses point to alive)
         moves.run()
         fold(*arguments)
     return run

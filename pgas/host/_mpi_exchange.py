@@ -60,6 +60,7 @@ class Exchange:
         state[[_mpi.S_COUNT, _mpi.S_REQUESTS, _mpi.S_STATUSES, _mpi.S_SPIN_NS, _mpi.S_COPY_TO, _mpi.S_COPY_FROM,
                _mpi.S_COPY_BYTES]] = (len(self._requests), self._handles.ctypes.data, self._statuses.ctypes.data,
                                       _SPIN_NS + _SPIN_NS_PER_BYTE * moved, *copy)
+        self._arrays = (sends, receives, local)     # native code holds their addresses only
         self._broken = None
 
     def run(self) -> None:
@@ -92,6 +93,14 @@ class Exchange:
             self._broken = "MPI failed in an earlier call"
             raise PgasError(f"{self.fn}: MPI failed exchanging the call's data with PEs {self._waits_for()}: "
                             f"{MPI.Get_error_string(-done)}")
+
+    def __del__(self):
+        """Free the requests with the kept call (a dropped call's, and at the end)."""
+        from mpi4py import MPI
+        if not MPI.Is_finalized():
+            for request in getattr(self, "_requests", ()):     # (none if __init__ failed)
+                if request:
+                    request.Free()
 
     def _waits_for(self) -> list:
         return [self.pes[rank] for rank in self._peers]
