@@ -108,16 +108,11 @@ def _exchange_reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc):
     return run
 
 
-def _as_bytes(a: np.ndarray) -> np.ndarray:
-    """The bytes of contiguous ``a`` in memory order (a view)."""
-    return a.reshape(-1, order="A").view(np.uint8)
-
-
 def _typeless(a: np.ndarray) -> list:
     """``a`` as MPI bytes: what is only moved needs no MPI datatype, and some dtypes have
     none (bfloat16)."""
     from mpi4py import MPI
-    return [_as_bytes(a), MPI.BYTE]
+    return [exchange.as_bytes(a), MPI.BYTE]
 
 
 def _scattered_fold_runner(call, d: np.ndarray, s: np.ndarray, ufunc):
@@ -132,10 +127,10 @@ def _scattered_fold_runner(call, d: np.ndarray, s: np.ndarray, ufunc):
     displacements = [bounds[rank] * item for rank in range(n)]
     mine = bounds[me + 1] - bounds[me]
     pieces = np.empty((n, mine), s.dtype)
-    sending = [_as_bytes(s), counts, displacements, MPI.BYTE]
-    receiving = [_as_bytes(pieces), [mine * item] * n, [rank * mine * item for rank in range(n)], MPI.BYTE]
+    sending = [exchange.as_bytes(s), counts, displacements, MPI.BYTE]
+    receiving = [exchange.as_bytes(pieces), [mine * item] * n, [rank * mine * item for rank in range(n)], MPI.BYTE]
     folded = d.reshape(-1)[bounds[me]:bounds[me + 1]]
-    gathering = [_as_bytes(d), counts, displacements, MPI.BYTE]
+    gathering = [exchange.as_bytes(d), counts, displacements, MPI.BYTE]
 
     def run():
         _wait(call, [comm.Ialltoallv(sending, receiving)], d.nbytes)

@@ -14,25 +14,22 @@ in different collectives wait (and time out naming the call) rather than match.
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from ..core import _job
 from ..core._env import setting
 from ..core._errors import PgasError, PgasTimeoutError
+from ..runtime._barrier import poll_until, yielding_seconds
 from ..wire import _mpi
 
-__all__ = ["Exchange", "MEMBERS", "BYTES"]
+__all__ = ["Exchange", "MEMBERS", "BYTES", "as_bytes"]
 
 MEMBERS = 8             # teams up to this size exchange directly (each member sends to every other)
 BYTES = 64 << 10        # and arrays up to this many bytes per member
 _TAGS = {"reduce": 0x9B0, "broadcast": 0x9B1, "fcollect": 0x9B2}
-_SPIN_NS = 5_000_000    # tests between yields this long before the wait sleeps between tests
-_SPIN_NS_PER_BYTE = 2   # and longer by this per byte moved (0.5 GB/s), as runtime._barrier's waits
 
 
-def _bytes(a: np.ndarray) -> np.ndarray:
+def as_bytes(a: np.ndarray) -> np.ndarray:
+    """The bytes of contiguous ``a`` in memory order (a view)."""
     return a.reshape(-1, order="A").view(np.uint8)
 
 
@@ -46,20 +43,21 @@ class Exchange:
         _mpi.load()
         comm, tag = call.team.comm, _TAGS[kind]
         self.fn, self.pes = call.fn, call.team.pes
-        self._requests = ([comm.Recv_init([_bytes(a), MPI.BYTE], source=rank, tag=tag) for a, rank in receives]
-                          + [comm.Send_init([_bytes(a), MPI.BYTE], dest=rank, tag=tag) for a, rank in sends])
+        self._requests = ([comm.Recv_init([as_bytes(a), MPI.BYTE], source=rank, tag=tag) for a, rank in receives]
+                          + [comm.Send_init([as_bytes(a), MPI.BYTE], dest=rank, tag=tag) for a, rank in sends])
         self._peers = sorted({rank for _, rank in (*sends, *receives)})
         handles = np.array([MPI._handleof(r) for r in self._requests], np.uint64)
         self._handles = handles.astype(np.int32 if MPI._sizeof(MPI.Request) == 4 else np.int64)
         self._statuses = np.zeros(max(1, len(self._requests)) * MPI._sizeof(MPI.Status), np.uint8)
         moved = sum(a.nbytes for a, _ in (*sends, *receives))
-        to, source = local if local is not None else (None, None)
-        copy = ((_bytes(to).ctypes.data, _bytes(source).ctypes.data, to.nbytes)
-                if local is not None and to.nbytes else (0, 0, 0))
         self._state = state = np.zeros(_mpi.STATE_WORDS, np.int64)
-        state[[_mpi.S_COUNT, _mpi.S_REQUESTS, _mpi.S_STATUSES, _mpi.S_SPIN_NS, _mpi.S_COPY_TO, _mpi.S_COPY_FROM,
-               _mpi.S_COPY_BYTES]] = (len(self._requests), self._handles.ctypes.data, self._statuses.ctypes.data,
-                                      _SPIN_NS + _SPIN_NS_PER_BYTE * moved, *copy)
+        state[[_mpi.S_COUNT, _mpi.S_REQUESTS, _mpi.S_STATUSES, _mpi.S_SPIN_NS]] = (
+            len(self._requests), self._handles.ctypes.data, self._statuses.ctypes.data,
+            int(1e9 * yielding_seconds(moved)))     # the spin of runtime._barrier's waits
+        if local is not None:
+            to, source = local
+            state[[_mpi.S_COPY_TO, _mpi.S_COPY_FROM, _mpi.S_COPY_BYTES]] = (
+                as_bytes(to).ctypes.data, as_bytes(source).ctypes.data, to.nbytes)
         self._arrays = (sends, receives, local)     # native code holds their addresses only
         self._broken = None
 
@@ -71,28 +69,21 @@ class Exchange:
             self._finish(done)
 
     def _finish(self, done: int) -> None:
-        """The slow end of a wait: sleeps between tests (growing to 1 ms), pgasrun's
-        heartbeat, PGAS_TIMEOUT, MPI's errors."""
-        timeout = setting("PGAS_TIMEOUT")
-        started = time.monotonic()
-        heartbeat = _job.Heartbeat(self.fn, started, self._waits_for)
-        pause = 0.0
-        while done == 0:
-            now = time.monotonic()
-            if now >= heartbeat.due:
-                heartbeat.beat(now)
-            if now - started > timeout:
-                self._broken = f"an earlier call waited PGAS_TIMEOUT={timeout:g} s"
-                raise PgasTimeoutError(f"{self.fn}: waited PGAS_TIMEOUT={timeout:g} s for the other members of the "
-                                       f"team (PEs {self._waits_for()}) to make the same call")
-            time.sleep(pause)
-            pause = min(pause * 2 + 1e-5, 1e-3)
-            done = _mpi.test(self._state, 0)
-        if done < 0:
-            from mpi4py import MPI
-            self._broken = "MPI failed in an earlier call"
-            raise PgasError(f"{self.fn}: MPI failed exchanging the call's data with PEs {self._waits_for()}: "
-                            f"{MPI.Get_error_string(-done)}")
+        """The slow end of a wait (``runtime._barrier.poll_until``: sleeps between tests,
+        pgasrun's heartbeat, PGAS_TIMEOUT), and MPI's errors."""
+        from mpi4py import MPI
+        try:
+            if done == 0:
+                poll_until(self._requests, None, self.fn, self._waiting_for, self._waits_for, cancel=False)
+                return
+        except PgasTimeoutError:
+            self._broken = f"an earlier call waited PGAS_TIMEOUT={setting('PGAS_TIMEOUT'):g} s"
+            raise
+        except MPI.Exception as error:
+            done = -error.Get_error_code()
+        self._broken = "MPI failed in an earlier call"
+        raise PgasError(f"{self.fn}: MPI failed exchanging the call's data with PEs {self._waits_for()}: "
+                        f"{MPI.Get_error_string(-done)}")
 
     def __del__(self):
         """Free the requests with the kept call (a dropped call's, and at the end)."""
@@ -104,3 +95,6 @@ class Exchange:
 
     def _waits_for(self) -> list:
         return [self.pes[rank] for rank in self._peers]
+
+    def _waiting_for(self) -> str:
+        return f"the other members of the team (PEs {self._waits_for()}) to make the same call"

@@ -9,7 +9,7 @@ from ..core import _job
 from ..core._env import setting
 from ..core._errors import PgasError, PgasTimeoutError
 
-__all__ = ["wait_all", "wait_requests"]
+__all__ = ["wait_all", "wait_requests", "poll_until", "yielding_seconds"]
 
 _BARRIER_TAG = 0x9A5  # on pgas's private communicators only
 _CALL_BYTES = 1024    # what an arrival says about the call it was made in
@@ -18,7 +18,7 @@ _YIELDING_S = 5e-3    # how long a collective's wait tests between yields before
 _YIELDING_S_PER_BYTE = 2e-9     # and longer by this for each byte it moves (0.5 GB/s)
 
 
-def _poll_until(requests, statuses, what: str, waiting_for, waits_for, cancel: bool = True) -> None:
+def poll_until(requests, statuses, what: str, waiting_for, waits_for, cancel: bool = True) -> None:
     """Poll ``requests`` until all complete (their ``statuses`` filled in); after
     PGAS_TIMEOUT raise, naming ``waiting_for()`` (``cancel``: cancelling the receives
     first). ``waits_for()``: the PEs the wait needs, for pgasrun's heartbeat."""
@@ -44,6 +44,12 @@ def _poll_until(requests, statuses, what: str, waiting_for, waits_for, cancel: b
         pause = min(pause * 2 + 1e-5, 1e-3)
 
 
+def yielding_seconds(nbytes: int) -> float:
+    """How long a wait for MPI requests moving ``nbytes`` tests them between yields of the
+    core before it sleeps between tests."""
+    return _YIELDING_S + nbytes * _YIELDING_S_PER_BYTE
+
+
 def wait_requests(requests, what: str, waiting_for, waits_for=None, nbytes: int = 0) -> None:
     """Complete MPI ``requests`` (a non-blocking collective's, moving ``nbytes``): MPI moves
     them on only inside its calls, so for as long as the bytes could take on a slow wire
@@ -54,10 +60,10 @@ def wait_requests(requests, what: str, waiting_for, waits_for=None, nbytes: int 
 
     if MPI.Request.Testall(requests):      # small ones are often done at once
         return
-    until = time.monotonic() + _YIELDING_S + nbytes * _YIELDING_S_PER_BYTE
+    until = time.monotonic() + yielding_seconds(nbytes)
     while not MPI.Request.Testall(requests):
         if time.monotonic() > until:
-            _poll_until(requests, None, what, waiting_for, waits_for, cancel=False)
+            poll_until(requests, None, what, waiting_for, waits_for, cancel=False)
             return
         os.sched_yield()
 
@@ -106,7 +112,7 @@ def wait_all(comm, what: str, pes=None, record=None) -> None:
             done = [req == MPI.REQUEST_NULL or req.Get_status() for req in arrivals]
             return [pes[r] for r, ok in enumerate(done, 1) if not ok]
 
-        _poll_until(arrivals, statuses, what, lambda: f"PEs {missing()} to arrive", missing)
+        poll_until(arrivals, statuses, what, lambda: f"PEs {missing()} to arrive", missing)
         calls = [mine] + [bytes(buf[:status.Get_count(MPI.BYTE)]) for buf, status in zip(buffers, statuses)]
         verdict = _disagreement([call.decode(errors="replace") for call in calls], pes)
         answer = (verdict or "").encode()[:_ANSWER_BYTES]
@@ -116,7 +122,7 @@ def wait_all(comm, what: str, pes=None, record=None) -> None:
         answer = bytearray(_ANSWER_BYTES)
         release = comm.Irecv(answer, source=0, tag=_BARRIER_TAG)
         status = MPI.Status()
-        _poll_until([release], [status], what,
+        poll_until([release], [status], what,
                     lambda: f"PE {pes[0]} to release the barrier (it names the PEs that had not arrived)",
                     lambda: [pes[0]])
         arrival.Wait()
