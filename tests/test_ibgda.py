@@ -26,7 +26,7 @@ class _Nic:
         self.peers, self.failure, self.rings = [1], None, []
         self.remote = [None, RemoteRegion(0x7000_0000_0000, 1 << 20, RKEY)]
 
-    def create_qp(self, peer, collapsed=False, allocate=np.zeros):
+    def create_qp(self, peer, collapsed=False, allocate=np.zeros, served=True):
         return QueuePair(qpn=0x1A2B3, peer=peer, collapsed=collapsed, allocate=allocate)
 
     def register(self, view, access):

@@ -197,14 +197,95 @@ def test_forged_and_out_of_range_requests_are_refused(tmp_path, clean_shm, trans
     _both_ok_as_two_nodes(tmp_path, FORGED, transport)
 
 
-def _both_ok_as_two_nodes(tmp_path, program: str, transport: str) -> None:
+def _both_ok_as_two_nodes(tmp_path, program: str, transport: str, env: dict | None = None) -> None:
     """Run ``program`` on 2 PEs, one per node, over ``transport``: each prints ok."""
     script = tmp_path / "program.py"
     script.write_text(program)
     proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"],
-                   env={"PGAS_REMOTE_TRANSPORT": transport})
+                   env={"PGAS_REMOTE_TRANSPORT": transport, **(env or {})})
     assert proc.returncode == 0, proc.stderr
     assert pe_lines(proc) == ["[0] ok", "[1] ok"]
+
+
+MASKED = r"""
+import numpy as np
+import pgas
+from pgas.nic import _mlx5 as mlx5
+from pgas.runtime._arrays import as_ndarray
+from pgas.runtime._state import runtime
+from pgas.transport import _ibgda_code as code
+from pgas.transport._ibgda_ir import AMO_ADD
+
+# (opcode, size, operands, the word before): masked atomics whose masks no single CPU or
+# wire operation does; the expected old values and results come from mlx5.atomic_result
+CASES = [(mlx5.OP_MASKED_CS, 4, (0x12345678, 0x78, 0xFF00, 0xFF), 0xAABBCC78),          # compare matches
+         (mlx5.OP_MASKED_CS, 4, (0x12345678, 0x79, 0xFF00, 0xFF), 0xAABBCC78),          # it does not
+         (mlx5.OP_MASKED_CS, 8, (0x1122334455667788, 0x8, 0xFFFF0000FFFF0000, 0xF), 0x0123456789ABCDE8),
+         (mlx5.OP_MASKED_FA, 4, (0x00018001, 0x80008000, 0, 0), 0x0001FFFF),           # two 16-bit fields
+         (mlx5.OP_MASKED_FA, 8, (0x0000000180000001, 0x8000000080000000, 0, 0), 0x00000001FFFFFFFF)]
+
+pgas.init()
+me = pgas.my_pe()
+rt = runtime("test")
+engine = rt.transports.engine
+words = pgas.zeros(len(CASES), np.uint64)
+mine = as_ndarray(words, "test", "words")
+for i, (_, size, _, before) in enumerate(CASES):
+    mine[i] = before
+pgas.barrier_all()
+if me == 0:
+    queue = engine.lanes[0][1]
+    base = rt.transports.nic.remote[1].base + rt.heap.offset_of(mine, "test", "words")
+    for i, (opcode, size, operands, before) in enumerate(CASES):
+        opmod = mlx5.OPMOD_EXT_ATOMIC_4 if size == 4 else mlx5.OPMOD_EXT_ATOMIC_8
+        kind = code.KIND_MASKED_CS_8 if (opcode, size) == (mlx5.OP_MASKED_CS, 8) else code.KIND_ATOMIC
+        posted = engine._code.post(queue.address, kind, opcode | opmod << 24, base + 8 * i,
+                                   rt.transports.nic.remote[1].rkey, queue.lkey, 0, size, *operands, 1)
+        assert posted >= 0, posted
+        if engine.native is not None:
+            engine.native.ring(queue.row)
+        else:
+            engine.nic.ring(queue.descriptor[code.W["doorbell"]:code.W["doorbell"] + 1].tobytes())
+        old = engine.wait("masked", (queue, posted >> 1, AMO_ADD, size))
+        assert old == before & ((1 << 8 * size) - 1), (i, hex(old))
+pgas.barrier_all()
+if me == 1:
+    for i, (opcode, size, operands, before) in enumerate(CASES):
+        with np.errstate(over="ignore"):
+            result, _ = mlx5.atomic_result(opcode, size, *operands, before)
+        expected = (before & ~((1 << 8 * size) - 1)) | int(result)
+        assert int(mine[i]) == expected, (i, hex(int(mine[i])), hex(expected))
+pgas.finalize()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("wire", ["ucx", "mpi"])
+def test_masked_atomics_no_single_operation_does_are_applied_whole(tmp_path, clean_shm, wire):
+    """A masked compare-swap or fetch-add with any masks (the GPU-initiated path posts only
+    those one operation does; a NIC takes any): the native NIC sends it whole and the
+    target applies it in a compare-and-swap loop, as the NIC's thread does."""
+    _both_ok_as_two_nodes(tmp_path, MASKED, "ibgda", {"PGAS_NIC_WIRE": wire})
+
+
+def test_the_native_nic_sends_each_atomic_as_the_one_operation_it_is():
+    """The native NIC's mapping from an mlx5 atomic back to the wire's operation is the
+    inverse of the GPU-initiated path's (``atomic_segments``) for every operation and size."""
+    from pgas.transport._ibgda_ir import AMO_ADD, AMO_FETCH, OP_NAMES, atomic_segments
+    from pgas.wire import _target as target
+    from pgas.wire._nic_queues import wire_request
+
+    value, compare = 0x8000_0000_1234_5678, 0x0FED_CBA9_8765_4321
+    for op in range(AMO_ADD, AMO_FETCH + 1):
+        for size in (4, 8):
+            ones = (1 << 8 * size) - 1
+            _, opcode_opmod, *operands = atomic_segments(op, size, value, compare)
+            signed = [int(w) - (1 << 64) if int(w) >> 63 else int(w) for w in operands]
+            sent = wire_request(opcode_opmod & 0xFF, size, False, *signed)
+            wanted = {AMO_FETCH: (AMO_ADD, 0, 0), target.AMO_CAS: (op, value & ones, compare & ones),
+                      target.AMO_AND: (op, value & ones, 0)}.get(op, (op, value & ones, 0))
+            assert [x & ones for x in sent[1:]] == list(wanted[1:]) and sent[0] == wanted[0], (OP_NAMES[op], size, sent)
+    assert wire_request(0x77, 8, False, 0, 0, 0, 0)[0] == -1           # no such opcode: refused
 
 
 UNWAITED = r"""
@@ -450,8 +531,9 @@ def test_a_heap_the_nic_reaches_only_through_copies_takes_every_request(tmp_path
     """GPU memory has no view in the NIC thread: its region's window copies bytes out and
     in and applies atomics on the device (the cuda backend's ``pgas/cuda/_nic_host.py``). Here a window
     over host memory takes the same calls: large and small puts and gets, p and g, and the
-    plain and masked atomics, 4 and 8 bytes, at both ends."""
-    _both_ok_as_two_nodes(tmp_path, WINDOWED, transport)
+    plain and masked atomics, 4 and 8 bytes, at both ends. (The NIC's thread: the native
+    NIC reaches host memory only, so on cuda the GPU's queues are the thread's.)"""
+    _both_ok_as_two_nodes(tmp_path, WINDOWED, transport, {"PGAS_NIC_WIRE": "mpi"})
 
 
 @functools.cache

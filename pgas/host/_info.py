@@ -9,6 +9,7 @@ from ..core._backend import backend_name
 from ..core._env import VARIABLES, invalid_settings, setting, unknown_settings
 from ..runtime._state import runtime
 from ..wire._worker import version as ucx_version
+from ..wire._ucp import loads as ucx_loads
 
 __all__ = ["info"]  # main is the pgas-info entry point, not API
 
@@ -67,10 +68,14 @@ def main(argv=None) -> int:
     print(f"pgas {__version__}")
     print(f"backend: {backend_name()} (PGAS_BACKEND={setting('PGAS_BACKEND')})")
     remote = setting("PGAS_REMOTE_TRANSPORT")
-    how = "UCX active messages" if remote == "ucx" else "through the emulated NIC"
+    how = {"ucx": "UCX active messages",
+           "proxy": "a CPU proxy thread posts WQEs; the emulated NIC's thread executes them over MPI",
+           "ibgda": "device threads post WQEs; native code executes them over UCX"
+                    if setting("PGAS_NIC_WIRE") == "ucx" and ucx_loads()
+                    else "device threads post WQEs; the emulated NIC's thread executes them over MPI"}[remote]
     print(f"transports: p2p (load/store between the PEs of a node); to PEs on other nodes: {remote} "
           f"(PGAS_REMOTE_TRANSPORT), {how}")
-    print(f"UCX, for the ucx engine: {ucx_version()}")
+    print(f"UCX, for the ucx engine and the native NIC: {ucx_version()}")
     print(table or "(run it under pgasrun, e.g. pgasrun -np 4 --pes-per-node 2 pgas-info, to see the "
                    "transport from each PE to each PE)")
     print(f"symmetric heap per PE: {setting('PGAS_SYMMETRIC_SIZE')} bytes")

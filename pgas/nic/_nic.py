@@ -34,7 +34,7 @@ from . import _mlx5 as mlx5
 from ._packets import (FOLLOWS, HEADER, PACKED, PACKET, PACK_LIMIT, RESULT, TAG_REQUEST, TAG_REQUEST_DATA, TAG_RESPONSE,
                        TAG_RESPONSE_DATA)
 from ._queue_pair import QueuePair
-from ._regions import ACCESS_LOCAL_WRITE, DeviceSpan, MemoryRegion, RemoteRegion, read_local, write_local
+from ._regions import ACCESS_LOCAL_WRITE, DeviceSpan, KeyTable, MemoryRegion, RemoteRegion, read_local, write_local
 from ._target import Responder
 from ._wqe_code import read_wqes
 
@@ -77,6 +77,7 @@ class Nic(Responder):
         self.on_failure = on_failure
         self.regions: dict[int, MemoryRegion] = {}          # by lkey
         self._by_rkey: dict[int, MemoryRegion] = {}
+        self.keys = KeyTable()                              # the lkeys for native code
         self.remote: list[RemoteRegion | None] = []
         self.peers: list[int] = []                          # the PEs reached through this NIC
         self._by_qpn: dict[int, QueuePair] = {}
@@ -108,12 +109,14 @@ class Nic(Responder):
         region.lkey = self._fresh_key(self.regions)
         region.rkey = self._fresh_key(self._by_rkey) if region.access & ~ACCESS_LOCAL_WRITE else 0
         self.regions[region.lkey] = region
+        self.keys.add(region)
         if region.rkey:
             self._by_rkey[region.rkey] = region
         return region
 
     def deregister(self, region: MemoryRegion) -> None:
         self.regions.pop(region.lkey, None)
+        self.keys.remove(region.lkey)
         if region.rkey:
             self._by_rkey.pop(region.rkey, None)
         if region.dmabuf_fd is not None:
@@ -173,13 +176,14 @@ class Nic(Responder):
         if self.failure is not None:
             raise PgasError(f"{fn}: the NIC thread failed:\n{self.failure}")
 
-    def create_qp(self, peer: int, collapsed: bool = False, allocate=np.zeros) -> QueuePair:
+    def create_qp(self, peer: int, collapsed: bool = False, allocate=np.zeros, served: bool = True) -> QueuePair:
         """A new queue pair to ``peer`` (``ibv_create_qp``), its queues made by ``allocate``;
-        see QueuePair for ``collapsed``."""
+        see QueuePair for ``collapsed``. ``served``: this NIC's thread executes its WQEs
+        (else native code does: ``pgas.wire._nic_queues``)."""
         with self._rung_lock:     # threads of the PE make queue pairs (contexts): one number each
             qp = QueuePair(qpn=0x100 + len(self._by_qpn), peer=peer, collapsed=collapsed, allocate=allocate)
             self._by_qpn[qp.qpn] = qp
-        if self._thread is None:
+        if served and self._thread is None:
             self._start()
         return qp
 

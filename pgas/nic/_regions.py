@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MemoryRegion", "DeviceSpan", "RemoteRegion", "ACCESS_LOCAL", "ACCESS_REMOTE", "ACCESS_LOCAL_WRITE",
+__all__ = ["MemoryRegion", "DeviceSpan", "RemoteRegion", "KeyTable", "ACCESS_LOCAL", "ACCESS_REMOTE", "ACCESS_LOCAL_WRITE",
            "ACCESS_REMOTE_WRITE", "ACCESS_REMOTE_READ", "ACCESS_REMOTE_ATOMIC", "read_local", "write_local",
            "as_word"]
 
@@ -80,3 +80,31 @@ def as_word(data: np.ndarray, address: int) -> np.ndarray:
     if size in (2, 4, 8) and address % size == 0:
         return data.view(f"u{size}")
     return data
+
+
+class KeyTable:
+    """The local keys as native code reads them (a NIC's memory translation table): one
+    int64 row per registered region of host memory, (lkey, base, size); a free row has
+    lkey 0. Rows are written under the interpreter lock, the lkey last, and read by the
+    native send side (``pgas.wire._nic_queues``) without it. GPU memory (reached through
+    a window, not by address) has no row: requests naming it are refused there."""
+
+    ROWS = 4096
+
+    def __init__(self):
+        self.rows = np.zeros((self.ROWS, 3), np.int64)
+        self.used = 0           # rows [0, used) have been written (the native search stops there)
+
+    def add(self, region: MemoryRegion) -> None:
+        if region.view is None:
+            return
+        free = np.flatnonzero(self.rows[:self.used, 0] == 0)
+        row = int(free[0]) if free.size else self.used
+        if row == self.ROWS:
+            return              # (the native side then refuses it: a local protection error)
+        self.rows[row, 1:] = region.base, region.size
+        self.rows[row, 0] = region.lkey
+        self.used = max(self.used, row + 1)
+
+    def remove(self, lkey: int) -> None:
+        self.rows[:self.used, 0][self.rows[:self.used, 0] == lkey] = 0

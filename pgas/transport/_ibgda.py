@@ -20,6 +20,7 @@ import functools
 import heapq
 import itertools
 import threading
+import time
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from ..core._waiting import Wait, sleep_until
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
+from ..wire._nic_queues import NicQueues
 from . import _ibgda_code as code
 from ._ibgda_ir import AMO_ADD, GET, OP_NAMES, PUT, PUT_INLINE, atomic_segments
 from ._lanes import Lanes
@@ -35,6 +37,8 @@ from ._lanes import Lanes
 __all__ = ["Ibgda", "DeviceQueue"]
 
 _WAIT_BACKOFF_S = 100e-6     # longest sleep of a thread polling a completion queue
+_SPINS = 20                  # native NIC: rounds of progress (each yields the core when idle) before a sleep
+_NATIVE_PAUSE_S = 1e-3       # native NIC: the longest sleep between them
 _OPCODE = {PUT: mlx5.OP_RDMA_WRITE, PUT_INLINE: mlx5.OP_RDMA_WRITE, GET: mlx5.OP_RDMA_READ}
 _KIND = {PUT: code.KIND_DATA, PUT_INLINE: code.KIND_INLINE, GET: code.KIND_DATA}
 
@@ -44,9 +48,9 @@ class DeviceQueue:
     compiled code needs, in one descriptor (``_ibgda_code.DESCRIPTOR``). ``allocate(shape,
     dtype)`` makes its memory (zeroed): pinned host memory the GPU maps, on cuda."""
 
-    def __init__(self, nic: Nic, peer: int, allocate=np.zeros):
+    def __init__(self, nic: Nic, peer: int, allocate=np.zeros, native=None, endpoint: int = 0):
         self.peer = peer
-        self.qp = nic.create_qp(peer, collapsed=True, allocate=allocate)
+        self.qp = nic.create_qp(peer, collapsed=True, allocate=allocate, served=native is None)
         depth = self.qp.depth
         self.cells = allocate(depth, np.uint64)          # fetched values, one per basic block
         self.cells_region = nic.register(self.cells.view(np.uint8), ACCESS_LOCAL)
@@ -63,6 +67,8 @@ class DeviceQueue:
         self.descriptor[code.W["rung_at"]] = self.qp.rung.__array_interface__["data"][0]
         self.sleepers: list = []        # heap of (completion floor awaited, id, event)
         self.lkey = self.cells_region.lkey
+        self.native = native            # the native NIC serving it (``NicQueues``), or None: the NIC's thread
+        self.row = native.add(self.qp, endpoint, int(self.descriptor[code.W["rung_at"]])) if native else -1
 
     def counter(self, name: str) -> int:
         return int(self.descriptor[code.W[name]])
@@ -70,29 +76,43 @@ class DeviceQueue:
     @property
     def unread_errors(self) -> bool:
         """The NIC has written error CQEs that nobody has read yet."""
-        return self.qp.cqes_written != self.counter("errors_read")
+        written = self.native.cqes_written(self.row) if self.native is not None else self.qp.cqes_written
+        return written != self.counter("errors_read")
 
 
 class Ibgda:
     """The GPU-initiated path of one PE: a device queue pair to each PE on another node."""
 
-    def __init__(self, nic: Nic, timeout: float):
+    def __init__(self, nic: Nic, timeout: float, native: NicQueues | None = None):
         self.nic = nic
         self.timeout = timeout
+        self.native = native
         self._code = code.compiled()
         self.errors: list[str] = []           # failures of requests nobody waits for, for quiet
         self._failed: dict[tuple, tuple] = {}   # (queue pair number, WQE index) -> refusal of a waited request
         self._errors_lock = threading.Lock()
         self._wakeups_lock = threading.Lock()
         self._sleeper_ids = itertools.count()
-        self.lanes = Lanes(self._new_queues(), self._new_queues)     # a queue to each peer per lane
+        self.lanes = Lanes(self._new_queues(0), lambda: self._new_queues(len(self.lanes)))   # queues to every peer
         self.queues = self.lanes[0]
+        if native is not None:
+            self._wire_up()
 
-    def _new_queues(self) -> dict[int, DeviceQueue]:
+    def _new_queues(self, lane: int) -> dict[int, DeviceQueue]:
+        if self.native is not None:
+            endpoints = self.native.endpoints(lane)
+            return {peer: DeviceQueue(self.nic, peer, native=self.native, endpoint=endpoints[peer])
+                    for peer in self.nic.peers}
         queues = {peer: DeviceQueue(self.nic, peer) for peer in self.nic.peers}
         for queue in queues.values():
             queue.qp.on_completion = functools.partial(self._completed, queue)
         return queues
+
+    def _wire_up(self) -> None:
+        """Connect the native NIC's endpoints now, while every PE progresses (collective:
+        an empty read from each peer), as the ucx engine does."""
+        for pe in self.nic.peers:
+            self.wait("pgas.init", self.submit("pgas.init", GET, pe, self.nic.remote[pe].base))
 
     def _all_queues(self) -> list[DeviceQueue]:
         return [queue for queues in self.lanes for queue in queues.values()]
@@ -129,7 +149,10 @@ class Ibgda:
             self.nic.check_alive(fn)
             clock.pause(lambda: f"room in the send queue to PE {pe} ({queue.qp.depth} basic blocks in flight)")
         if posted & 1:
-            self.nic.ring(queue.descriptor[code.W["doorbell"]:code.W["doorbell"] + 1].tobytes())
+            if self.native is not None:
+                self.native.ring(queue.row)
+            else:
+                self.nic.ring(queue.descriptor[code.W["doorbell"]:code.W["doorbell"] + 1].tobytes())
         return queue, posted >> 1, op, size
 
     def wait(self, fn: str, ticket) -> int:
@@ -166,7 +189,18 @@ class Ibgda:
         """Read the CQs until ``done()``; between reads, sleep until the NIC has completed
         the WQEs below ``floor`` (on a GPU the thread would spin on the CQE; here it must
         leave the core to the NIC thread). Only the threads a completion satisfies are
-        woken, not every waiting thread at each completion."""
+        woken, not every waiting thread at each completion. With the native NIC the thread
+        progresses its worker itself (the answers' handlers write the CQEs), then backs off."""
+        if queue.native is not None:
+            pause = [0.0]
+
+            def block(seconds):
+                if not queue.native.progress_until(queue.row, floor, _SPINS):
+                    time.sleep(min(pause[0], seconds))
+                    pause[0] = min(pause[0] * 2 + 10e-6, _NATIVE_PAUSE_S)
+            sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block, lambda: [queue.peer])
+            return
+
         def block(seconds):
             event = threading.Event()
             with self._wakeups_lock:

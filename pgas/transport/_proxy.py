@@ -27,6 +27,7 @@ from ..nic._regions import ACCESS_LOCAL
 from ._ibgda_ir import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AMO_XOR, GET, OP_NAMES, PUT, PUT_INLINE,
                         atomic_segments)
 from ._lanes import Lanes
+from ..wire._nic_queues import NicQueues
 
 __all__ = ["Proxy", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR",
            "AMO_XOR", "AMO_FETCH", "OP_NAMES", "REQUEST", "atomic_wqe"]
@@ -38,14 +39,18 @@ REQUEST = np.dtype([("ticket", "u8"), ("state", "u1"), ("op", "u1"), ("size", "u
 _FREE, _READY, _POSTED, _DONE = range(4)
 _MAX_PAUSE_S = 2e-3
 _WAIT_BACKOFF_S = 100e-6    # longest sleep of a requester waiting for the NIC
+_SPINS = 20                 # native NIC: rounds of progress (each yields the core when idle) before a sleep
+_NATIVE_PAUSE_S = 1e-3      # native NIC: the longest sleep between them
 
 
 class Proxy:
     """The request ring and the proxy thread of one PE, posting to ``nic``."""
 
-    def __init__(self, nic: Nic, timeout: float):
+    def __init__(self, nic: Nic, timeout: float, native: NicQueues | None = None):
         self.nic = nic
         self.timeout = timeout
+        self.native = native        # the native NIC executing the WQEs, or None: the NIC's thread
+        self._rows: dict[int, int] = {}     # by queue pair number: its row in the native NIC
         self.ring = np.zeros(CAPACITY, REQUEST)
         # fetched atomic values land here (one 8-byte cell per slot, registered for the NIC)
         self.cells = np.zeros(CAPACITY, np.uint64)
@@ -62,21 +67,32 @@ class Proxy:
         self._consumer: dict[int, int] = {}     # by queue pair number: basic blocks completed
         self._cqes_read: dict[int, int] = {}
         self._all_qps: tuple = ()           # replaced whole when a lane is added (the thread reads it)
-        self.lanes = Lanes(self._new_qps(), self._new_qps)      # a QP to each peer per lane
+        self.lanes = Lanes(self._new_qps(0), lambda: self._new_qps(len(self.lanes)))     # a QP to each peer per lane
         self.errors: list[str] = []         # failures of requests nobody waits for, for quiet
         self._running = True
         self._thread = threading.Thread(target=self._serve, name=f"pgas-proxy-pe{nic.my_pe}", daemon=True)
         self._thread.start()
+        if native is not None:
+            self._wire_up()
 
-    def _new_qps(self) -> dict:
+    def _new_qps(self, lane: int) -> dict:
         """A queue pair to each peer, known to the proxy thread (made one lane at a time)."""
-        qps = {peer: self.nic.create_qp(peer) for peer in self.nic.peers}
-        for qp in qps.values():
+        qps = {peer: self.nic.create_qp(peer, served=self.native is None) for peer in self.nic.peers}
+        endpoints = self.native.endpoints(lane) if self.native is not None else {}
+        for peer, qp in qps.items():
             self._posted[qp.qpn], self._producer[qp.qpn], self._consumer[qp.qpn] = {}, 0, 0
             self._cqes_read[qp.qpn] = 0
             qp.on_completion = self._wake.set
+            if self.native is not None:
+                self._rows[qp.qpn] = self.native.add(qp, endpoints[peer])
         self._all_qps = self._all_qps + tuple(qps.values())
         return qps
+
+    def _wire_up(self) -> None:
+        """Connect the native NIC's endpoints now, while every PE progresses (collective:
+        an empty read from each peer), as the ucx engine does."""
+        for pe in self.nic.peers:
+            self.wait("pgas.init", self.submit("pgas.init", GET, pe, self.nic.remote[pe].base))
 
     def close(self) -> None:
         self._running = False
@@ -178,6 +194,7 @@ class Proxy:
         try:
             while self._running:
                 self._wake.clear()
+                seen = self.native.completions() if self.native is not None else 0
                 busy = self._post_ready() | self._poll_completions()
                 if busy:
                     pause = 0.0
@@ -185,6 +202,12 @@ class Proxy:
                 elif self._completed == self._next:
                     pause = 0.0
                     self._wake.wait()       # idle: until a request (submit) or close wakes it
+                elif self.native is not None:
+                    # the native NIC writes CQEs without waking anyone: progress its worker
+                    # (the answers' handlers run), then back off
+                    if not self.native.progress_until(-1, seen + 1, _SPINS):
+                        pause = min(pause * 2 + 1e-5, _NATIVE_PAUSE_S)
+                        self._wake.wait(pause)
                 else:
                     pause = min(pause * 2 + 1e-5, _MAX_PAUSE_S)
                     self._wake.wait(pause)
@@ -230,7 +253,10 @@ class Proxy:
         self._posted[qp.qpn][index & 0xFFFF] = (ticket, blocks)
         self._producer[qp.qpn] = index + blocks
         qp.dbr[0] = (index + blocks) & 0xFFFF                 # the doorbell record, then the doorbell
-        self.nic.ring(qp.sq[index % qp.depth, :8].tobytes())
+        if self.native is not None:
+            self.native.ring(self._rows[qp.qpn])
+        else:
+            self.nic.ring(qp.sq[index % qp.depth, :8].tobytes())
 
     def _poll_completions(self) -> bool:
         progressed = False

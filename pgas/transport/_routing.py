@@ -28,6 +28,8 @@ from ..nic._regions import ACCESS_LOCAL, ACCESS_REMOTE
 from . import _proxy as proxy
 from ._ibgda import Ibgda
 from ._ucx import Ucx
+from ..wire._nic_queues import NicQueues
+from ..wire import _ucp as ucp
 
 __all__ = ["Transports", "REMOTE_TRANSPORTS"]
 
@@ -55,12 +57,16 @@ class Transports:
         self._fetches_lock = threading.Lock()
         self.registered: dict[int, tuple] = {}   # register_buffer: address -> (nbytes, array, region or None)
         self.nic = Nic(boot.comm, boot.my_pe, on_nic_failure)
+        self.native_nic = False          # the NIC's WQEs executed by native code over UCX (below)
+        self.native = None               # ... by this NicQueues, made on first use
         if heap.device_arrays:
             self._connect_gpu(boot, heap)
             return
         self.heap_region = self.nic.register(heap.views[boot.my_pe], ACCESS_REMOTE)
-        # every PE chose the same transport: with ucx nobody sends this NIC anything
-        self.nic.connect(self.heap_region, self.remote, serve=self.remote_transport != "ucx")
+        # the NIC's WQEs executed by native code over UCX where it loads
+        self.native_nic = setting("PGAS_NIC_WIRE") == "ucx" and self._ucx_for_the_nic()
+        # every PE chose the same: with ucx or the native NIC nobody sends this NIC's thread anything
+        self.nic.connect(self.heap_region, self.remote, serve=not (self.native_nic or self.remote_transport == "ucx"))
         if self.remote:
             self.use_remote(self.remote_transport)
 
@@ -94,7 +100,7 @@ class Transports:
             raise PgasError(f"remote transport must be one of {', '.join(REMOTE_TRANSPORTS)}, got {name!r}")
         if name == "ibgda" and name not in self.engines:
             try:
-                self.engines[name] = Ibgda(self.nic, self.timeout)
+                self.engines[name] = Ibgda(self.nic, self.timeout, self._native_nic())
             except (ImportError, OSError, RuntimeError) as e:     # llvmlite cannot compile its code here
                 sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path (ibgda) cannot be set up "
                                  f"here ({type(e).__name__}: {e}); using the CPU proxy for PEs on other nodes\n")
@@ -107,16 +113,38 @@ class Transports:
                                  f"using the CPU proxy for PEs on other nodes\n")
                 name = "proxy"
         if name == "proxy" and name not in self.engines:
-            self.engines[name] = proxy.Proxy(self.nic, self.timeout)
+            self.engines[name] = proxy.Proxy(self.nic, self.timeout, self._native_nic())
         self.engine = self.engines[name]
         self.remote_transport = name
         for pe in self.remote:
             self.kinds[pe] = name
 
+    def _ucx_for_the_nic(self) -> bool:
+        """True when UCX loads; else says once why the NIC's thread and MPI carry the WQEs."""
+        try:
+            ucp.load()
+        except PgasError as e:
+            if self.remote:
+                sys.stderr.write(f"pgas (PE {self.my_pe}): {e}; the emulated NIC's thread executes the "
+                                 f"ibgda and proxy paths' requests over MPI\n")
+            return False
+        return True
+
+    def _native_nic(self) -> NicQueues | None:
+        """The native NIC that executes the WQEs of the ibgda and proxy paths (made at the
+        first of them), or None: PGAS_NIC_WIRE=mpi, or UCX cannot be loaded (the emulated
+        NIC's thread then executes them over MPI)."""
+        if self.native_nic and self.native is None:
+            self.native = NicQueues(self.nic, self.heap_region)
+        return self.native
+
     def close(self) -> None:
         """Stop the remote engines and the NIC (every PE must be done with this one: after a barrier)."""
         for engine in self.engines.values():
             engine.close()
+        if self.native is not None:
+            self.native.close()
+            self.native = None
         if self.nic is not None:
             self.nic.deregister(self.heap_region)
             for _, _, region in self.registered.values():   # left registered: dropped with the NIC

@@ -153,31 +153,21 @@ class Ucx:
                                   target._land))
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
-        on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers = target.callbacks()
+        _, on_answer, _, on_get_received, _, on_answers = target.callbacks()
         self._post, self._free_slots, self._flush, self._first_unanswered = post, free_slots, flush, first_unanswered
-        # the target: this PE's heap, how answers are sent (header copied), where rendezvous
-        # data is received
-        self.target_state = np.zeros(target.TARGET_WORDS, np.int64)
-        self._answer_params = self._params(ucp.AM_SEND_FLAG_COPY_HEADER)
-        self._put_receive_params = self._params(0, on_put_received, self.target_state)
-        self.target_state[[target.T_BASE, target.T_SIZE, target.T_RKEY, target.T_ANSWER_PARAMS, target.T_SELF,
-                           target.T_WORKER, target.T_RECEIVE_PARAMS]] = (
-            heap_region.base, heap_region.size, heap_region.rkey, self._answer_params.ctypes.data,
-            self.target_state.ctypes.data, self.worker.handle, self._put_receive_params.ctypes.data)
+        self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey)
         # the requester: the ring (its header, then its columns) and the request headers
         self.ring = np.zeros(target.RING_HEADER + target.COLUMNS * CAPACITY, np.int64)
-        self._get_receive_params = self._params(0, on_get_received, self.ring)
+        self._get_receive_params = ucp.request_params(0, on_get_received, self.ring)
         self.ring[[target.R_CAPACITY, target.R_WORKER, target.R_RECEIVE_PARAMS, target.R_SELF]] = (
             CAPACITY, self.worker.handle, self._get_receive_params.ctypes.data, self.ring.ctypes.data)
         self.columns = self.ring[target.RING_HEADER:].reshape(target.COLUMNS, CAPACITY)
         self.headers = np.zeros((CAPACITY, target.REQUEST_WORDS), np.int64)
         # UCX picks eager or rendezvous by size (UCX_RNDV_THRESH)
-        self._request_params = self._params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
+        self._request_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
         self._failures = np.zeros((CAPACITY, 5), np.int64)   # what free_slots found failed
         self.errors: list[str] = []
-        self.worker.handle_messages(target.AM_REQUEST, on_request, self.target_state.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWER, on_answer, self.ring.ctypes.data)
-        self.worker.handle_messages(target.AM_BATCH, on_batch, self.target_state.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWERS, on_answers, self.ring.ctypes.data)
         # small requests nobody waits for, coalesced per peer (pgas.wire._batch)
         peers = sorted(self.worker.endpoints)
@@ -204,18 +194,6 @@ class Ucx:
         self._flush(self.batches)
         self._free_slots(self.ring, CAPACITY, self._failures)
         self._first_unanswered(self.columns[target.C_DONE], 0, 0)
-
-    @staticmethod
-    def _params(flags: int, completion=None, user_data: np.ndarray | None = None) -> np.ndarray:
-        """A ``ucp_request_param_t`` asking for ``flags`` (and, for a receive, calling cfunc
-        ``completion`` with ``user_data``'s address), kept in a numpy array."""
-        params = np.zeros(ucp.ctypes.sizeof(ucp.RequestParams), np.uint8)
-        struct = ucp.RequestParams.from_buffer(params)
-        struct.op_attr_mask, struct.flags = ucp.OP_ATTR_FIELD_FLAGS, flags
-        if completion is not None:
-            struct.op_attr_mask |= ucp.OP_ATTR_FIELD_CALLBACK | ucp.OP_ATTR_FIELD_USER_DATA
-            struct.cb, struct.user_data = completion.address, user_data.ctypes.data
-        return params
 
     def _new_endpoints(self) -> np.ndarray:
         """A lane: endpoints of their own to every peer, in the batches' row layout."""

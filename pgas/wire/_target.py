@@ -20,6 +20,7 @@ request's own user area (``REQUEST_USER_BYTES``, asked for at ``ucp_init``).
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit, types
 
 from ..core._llvm import built_once, compile_ir
@@ -27,12 +28,12 @@ from ..nic import _mlx5 as mlx5
 from . import _native, _ucp as ucp
 
 __all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "AM_BATCH", "AM_ANSWERS", "MAX_BATCH",
-           "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "callbacks", "atomics"]
+           "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "callbacks", "atomics", "serve_heap"]
 
 AM_REQUEST, AM_ANSWER, AM_BATCH, AM_ANSWERS = 0x50, 0x51, 0x52, 0x53
-REQUEST_WORDS, ANSWER_WORDS = 8, 3
+REQUEST_WORDS, ANSWER_WORDS = 10, 3
 MAX_BATCH = 16              # requests in one AM_BATCH (pgas.wire._batch)
-H_TICKET, H_OP, H_SIZE, H_RKEY, H_RADDR, H_NBYTES, H_VALUE, H_COMPARE = range(REQUEST_WORDS)
+H_TICKET, H_OP, H_SIZE, H_RKEY, H_RADDR, H_NBYTES, H_VALUE, H_COMPARE, H_MASK, H_COMPARE_MASK = range(REQUEST_WORDS)
 REQUEST_USER_BYTES = 16      # a receive in flight: its ticket, and (target) the endpoint to answer on
 # The target's state (int64 words): the heap's base, size and rkey; the parameters of answers;
 # the state's own address; refusals it could not answer; the worker; the parameters of
@@ -54,6 +55,9 @@ COLUMNS = 9
 
 # Operations, as the engines number them (pgas.transport._ibgda_ir)
 PUT, PUT_INLINE, GET, AMO_ADD, AMO_CAS, AMO_SWAP, AMO_AND, AMO_OR, AMO_XOR, AMO_FETCH = range(10)
+# an mlx5 masked atomic no single operation above does (the native NIC's, pgas.wire._nic_queues):
+# its opcode in the size word's second byte, its four operands in value, compare and the masks
+AMO_MLX5 = 10
 
 _RMW = {AMO_ADD: "add", AMO_SWAP: "xchg", AMO_AND: "and", AMO_OR: "or", AMO_XOR: "xor"}
 
@@ -152,12 +156,36 @@ def _outside_heap(state, rkey, raddr, nbytes):
         or raddr - base > heap_size - nbytes
 
 
+_atomic_result = njit(nogil=True, cache=True)(mlx5.atomic_result)
+
+
 @njit(nogil=True, cache=True)
-def _atomic(op, size, raddr, nbytes, value, compare):
-    """(syndrome, old value) of an atomic on the heap word at ``raddr``."""
-    if (size != 4 and size != 8) or nbytes != size or raddr % size != 0 or op < AMO_ADD or op > AMO_FETCH:
+def _masked(opcode, size, address, o0, o1, o2, o3):
+    """An mlx5 masked atomic as a compare-and-swap loop on the word (what
+    ``mlx5.atomic_result`` says it becomes); its old value."""
+    old = apply_atomic(AMO_FETCH, size, address, 0, 0)
+    while True:
+        new, changes = _atomic_result(opcode, size, o0, o1, o2, o3, old)
+        if not changes:
+            return old
+        seen = apply_atomic(AMO_CAS, size, address, np.int64(new), old)
+        if seen == old:
+            return old
+        old = seen
+
+
+@njit(nogil=True, cache=True)
+def _atomic(h, raddr, nbytes):
+    """(syndrome, old value) of the atomic of request header ``h`` on the heap word at ``raddr``."""
+    op, size = h[H_OP], h[H_SIZE] & 0xFF
+    if (size != 4 and size != 8) or nbytes != size or raddr % size != 0 or op < AMO_ADD or op > AMO_MLX5:
         return _INVALID, 0
-    return 0, apply_atomic(op, size, raddr, value, compare)
+    if op == AMO_MLX5:
+        opcode = h[H_SIZE] >> 8
+        if opcode != mlx5.OP_MASKED_CS and opcode != mlx5.OP_MASKED_FA:
+            return _INVALID, 0
+        return 0, _masked(opcode, size, raddr, h[H_VALUE], h[H_COMPARE], h[H_MASK], h[H_COMPARE_MASK])
+    return 0, apply_atomic(op, size, raddr, h[H_VALUE], h[H_COMPARE])
 
 
 @njit(nogil=True, cache=True)
@@ -186,7 +214,7 @@ def _build_callbacks():
     def on_request(arg, header, header_length, data, length, param):
         state = carray(arg, (TARGET_WORDS,))
         h = carray(header, (REQUEST_WORDS,))
-        op, size, raddr, nbytes = h[H_OP], h[H_SIZE], h[H_RADDR], h[H_NBYTES]
+        op, raddr, nbytes = h[H_OP], h[H_RADDR], h[H_NBYTES]
         syndrome, fetched, answer_data, answer_length = 0, 0, 0, 0
         if param[0] & _REPLY_EP_FIELD == 0:
             state[T_UNANSWERED] += 1       # cannot happen: every request asks for a reply endpoint
@@ -209,7 +237,7 @@ def _build_callbacks():
         elif op == GET:
             answer_data, answer_length = raddr, nbytes
         else:
-            syndrome, fetched = _atomic(op, size, raddr, nbytes, h[H_VALUE], h[H_COMPARE])
+            syndrome, fetched = _atomic(h, raddr, nbytes)
         _answer(state, param[1], h[H_TICKET], syndrome, fetched, answer_data, answer_length)
         return 0
 
@@ -225,7 +253,7 @@ def _build_callbacks():
         requests = carray(header, (count, REQUEST_WORDS))
         for i in range(count):
             h = requests[i]
-            op, size, raddr, nbytes = h[H_OP], h[H_SIZE], h[H_RADDR], h[H_NBYTES]
+            op, raddr, nbytes = h[H_OP], h[H_RADDR], h[H_NBYTES]
             syndrome, fetched = 0, 0
             if _outside_heap(state, h[H_RKEY], raddr, nbytes):
                 syndrome = _ACCESS
@@ -237,7 +265,7 @@ def _build_callbacks():
             elif op == PUT or op == GET:
                 syndrome = _INVALID         # they carry or fetch data: never batched
             else:
-                syndrome, fetched = _atomic(op, size, raddr, nbytes, h[H_VALUE], h[H_COMPARE])
+                syndrome, fetched = _atomic(h, raddr, nbytes)
             at = T_ANSWERS + i * ANSWER_WORDS
             state[at], state[at + 1], state[at + 2] = h[H_TICKET], syndrome, fetched
         request = _native.ucp_am_send_nbx(param[1], AM_ANSWERS, state[T_SELF] + 8 * T_ANSWERS,
@@ -302,3 +330,19 @@ def _build_callbacks():
 
 atomics = built_once(_Atomics)
 callbacks = built_once(_build_callbacks)
+
+
+def serve_heap(worker, base: int, size: int, rkey: int) -> list:
+    """Check and apply, in native code, the requests and batches that arrive at ``worker``
+    (a ``_worker.Worker``, before it starts) for the heap [base, base + size) named by
+    ``rkey``; what must stay alive as long as the worker (the target's state and its
+    requests' parameters)."""
+    on_request, _, on_put_received, _, on_batch, _ = callbacks()
+    state = np.zeros(TARGET_WORDS, np.int64)
+    answer_params = ucp.request_params(ucp.AM_SEND_FLAG_COPY_HEADER)
+    receive_params = ucp.request_params(0, on_put_received, state)
+    state[[T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_WORKER, T_RECEIVE_PARAMS]] = (
+        base, size, rkey, answer_params.ctypes.data, state.ctypes.data, worker.handle, receive_params.ctypes.data)
+    worker.handle_messages(AM_REQUEST, on_request, state.ctypes.data)
+    worker.handle_messages(AM_BATCH, on_batch, state.ctypes.data)
+    return [state, answer_params, receive_params]

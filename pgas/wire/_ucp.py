@@ -23,7 +23,7 @@ import sys
 
 from ..core._errors import PgasError
 
-__all__ = ["load", "natives", "libc", "register_symbol", "UCS_OK", "UCS_INPROGRESS", "UCS_ERR_BUSY"]
+__all__ = ["load", "loads", "natives", "libc", "register_symbol", "request_params", "UCS_OK", "UCS_INPROGRESS", "UCS_ERR_BUSY"]
 
 API_MAJOR, API_MINOR = 1, 12        # the oldest API whose structs hold every field set here
 
@@ -181,6 +181,28 @@ def load() -> Library:
             raise PgasError("UCX's libucp cannot be loaded (" + "; ".join(errors) + "); it comes with MPICH "
                             "built with ch4:ucx (the mpich wheel)")
     return _loaded[0]
+
+
+def request_params(flags: int, completion=None, user_data=None):
+    """A ``ucp_request_param_t`` asking for ``flags`` (and, for a receive, calling cfunc
+    ``completion`` with ``user_data``'s address: a numpy array), kept in a numpy array."""
+    import numpy as np
+    params = np.zeros(ctypes.sizeof(RequestParams), np.uint8)
+    struct = RequestParams.from_buffer(params)
+    struct.op_attr_mask, struct.flags = OP_ATTR_FIELD_FLAGS, flags
+    if completion is not None:
+        struct.op_attr_mask |= OP_ATTR_FIELD_CALLBACK | OP_ATTR_FIELD_USER_DATA
+        struct.cb, struct.user_data = completion.address, user_data.ctypes.data
+    return params
+
+
+def loads() -> bool:
+    """True when UCX can be loaded here (``load``)."""
+    try:
+        load()
+    except PgasError:
+        return False
+    return True
 
 
 def check(status: int, what: str) -> None:
