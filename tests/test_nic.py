@@ -273,7 +273,7 @@ def test_the_native_nic_sends_each_atomic_as_the_one_operation_it_is():
     inverse of the GPU-initiated path's (``atomic_segments``) for every operation and size."""
     from pgas.transport._ibgda_ir import AMO_ADD, AMO_FETCH, OP_NAMES, atomic_segments
     from pgas.wire import _target as target
-    from pgas.wire._nic_queues import wire_request
+    from pgas.wire._nic_code import wire_request
 
     value, compare = 0x8000_0000_1234_5678, 0x0FED_CBA9_8765_4321
     for op in range(AMO_ADD, AMO_FETCH + 1):

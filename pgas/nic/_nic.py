@@ -179,7 +179,7 @@ class Nic(Responder):
     def create_qp(self, peer: int, collapsed: bool = False, allocate=np.zeros, served: bool = True) -> QueuePair:
         """A new queue pair to ``peer`` (``ibv_create_qp``), its queues made by ``allocate``;
         see QueuePair for ``collapsed``. ``served``: this NIC's thread executes its WQEs
-        (else native code does: ``pgas.wire._nic_queues``)."""
+        (else native code does: ``pgas.wire._nic_code``)."""
         with self._rung_lock:     # threads of the PE make queue pairs (contexts): one number each
             qp = QueuePair(qpn=0x100 + len(self._by_qpn), peer=peer, collapsed=collapsed, allocate=allocate)
             self._by_qpn[qp.qpn] = qp

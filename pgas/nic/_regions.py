@@ -86,7 +86,7 @@ class KeyTable:
     """The local keys as native code reads them (a NIC's memory translation table): one
     int64 row per registered region of host memory, (lkey, base, size); a free row has
     lkey 0. Rows are written under the interpreter lock, the lkey last, and read by the
-    native send side (``pgas.wire._nic_queues``) without it. GPU memory (reached through
+    native send side (``pgas.wire._nic_code``) without it. GPU memory (reached through
     a window, not by address) has no row: requests naming it are refused there."""
 
     ROWS = 4096

@@ -55,7 +55,7 @@ COLUMNS = 9
 
 # Operations, as the engines number them (pgas.transport._ibgda_ir)
 PUT, PUT_INLINE, GET, AMO_ADD, AMO_CAS, AMO_SWAP, AMO_AND, AMO_OR, AMO_XOR, AMO_FETCH = range(10)
-# an mlx5 masked atomic no single operation above does (the native NIC's, pgas.wire._nic_queues):
+# an mlx5 masked atomic no single operation above does (the native NIC's, pgas.wire._nic_code):
 # its opcode in the size word's second byte, its four operands in value, compare and the masks
 AMO_MLX5 = 10
 

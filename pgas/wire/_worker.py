@@ -19,7 +19,8 @@ import numpy as np
 from numba import njit
 
 from ..core._errors import PgasError
-from . import _batch as batch, _native, _target as target, _ucp as ucp
+from ..nic import _mlx5 as mlx5
+from . import _batch as batch, _native, _nic_code as nic_code, _target as target, _ucp as ucp
 from ._batch import B_SLEEPING, B_STAGED
 
 __all__ = ["Worker"]
@@ -39,19 +40,25 @@ def sleep_on_events(worker, pollfd, milliseconds):
 
 
 @njit(nogil=True, cache=True)
-def serve(state, pollfd, batches):
+def serve(state, pollfd, batches, doorbells, keys, wqes):
     """Progress; after the last message, keep looking (yielding the core each time)
     for _HOT_NS, as a NIC's interrupt moderation does, then sleep on the events. While
-    requests wait in ``batches``, stay awake and send each batch once it is stale."""
+    requests wait in ``batches``, stay awake and send each batch once it is stale. While
+    awake, send what the native NIC's doorbells announce (``doorbells``, ``keys``, ``wqes``:
+    ``_nic_code.drain_rung``; rung while it sleeps, the ringing thread sends them)."""
     worker = state[_WORKER]
     timespec, pause = np.zeros(2, np.int64), np.zeros(2, np.int64)
     last = batch.now_ns(timespec)
+    nic_code.sleeping(doorbells, False)
     while state[_STOP] == 0:
         if _native.ucp_worker_progress(worker) != 0:
             last = batch.now_ns(timespec)
             continue
         if state[_STOP] != 0:
             break
+        if nic_code.drain_rung(doorbells, keys, wqes):
+            last = batch.now_ns(timespec)
+            continue
         if batches[B_STAGED] != 0:      # sleep until the oldest batch is stale, then send it
             wait = batch.flush_stale(batches, batch.now_ns(timespec))
             if wait > 0:
@@ -63,8 +70,9 @@ def serve(state, pollfd, batches):
             continue
         batches[B_SLEEPING] = 1      # a thread that stages from now on sends at once
         target.fence()
-        if batches[B_STAGED] == 0:
+        if batches[B_STAGED] == 0 and nic_code.sleeping(doorbells, True):
             sleep_on_events(worker, pollfd, _IDLE_POLL_MS)
+        nic_code.sleeping(doorbells, False)
         batches[B_SLEEPING] = 0
         last = batch.now_ns(timespec)
 
@@ -123,6 +131,7 @@ class Worker:
         self._more_endpoints: list[int] = []         # made by connect_again, closed with the worker
         self.endpoints = self._connect(comm, peers)
         batch.batch_code()      # the symbols the loops call
+        nic_code.symbols()
         self._serve, self.sleep_on_events, self.progress_until = serve, sleep_on_events, progress_until
         self._handlers = []            # keep the callbacks alive
         self._thread = None
@@ -165,13 +174,17 @@ class Worker:
                   "ucp_worker_set_am_recv_handler")
         self._handlers.append(callback)
 
-    def start(self, batches: np.ndarray) -> None:
+    def start(self, batches: np.ndarray, doorbells: tuple | None = None) -> None:
         """Start the progress thread (after the handlers are in); it sends the stale
-        batches of ``batches`` (``pgas.wire._batch``)."""
+        batches of ``batches`` (``pgas.wire._batch``) and what the doorbells of
+        ``doorbells`` announce (the native NIC's table, keys and room to decode WQEs)."""
         pollfd = np.zeros(2, np.int32)          # struct pollfd: fd, events | revents << 16
         pollfd[0] = self.state[_EFD]
-        self._batches = batches                 # kept alive while the thread reads it
-        self._thread = threading.Thread(target=self._serve, args=(self.state, pollfd, batches),
+        if doorbells is None:                   # no NIC: a table with no queues
+            doorbells = (np.zeros(nic_code.GLOBAL_WORDS, np.int64), np.zeros((1, 3), np.int64),
+                         np.zeros(1, mlx5.WQE_FIELDS))
+        self._kept = batches, doorbells         # alive while the thread reads them
+        self._thread = threading.Thread(target=self._serve, args=(self.state, pollfd, batches, *doorbells),
                                         name=f"pgas-wire-pe{self.my_pe}", daemon=True)
         self._thread.start()
 

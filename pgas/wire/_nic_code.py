@@ -1,0 +1,425 @@
+"""The emulated NIC's work for the GPU-initiated path's queue pairs, in native code over UCX.
+
+A device thread writes mlx5 WQEs into a queue pair's send queue and rings (``pgas.transport
+._ibgda``). Here the doorbell's work is one numba call with no Python inside: read the
+WQEs the doorbell record announces (the NIC's compiled decoder, ``pgas.nic._wqe_code``),
+check each one's local key and range (``KeyTable``: a WQE naming memory nobody registered
+is refused, nothing sent), turn it into the wire's request (``pgas.wire._target``: the
+same target checks the rkey and bounds and applies it on the peer, as for the ucx engine)
+and send it; small ones (inline writes of up to 8 bytes, atomics) go 16 to one message.
+The answers land in native handlers that run wherever the worker is progressed (its
+progress thread, or a waiting thread): a read's data at its local address, a fetched
+value in network byte order at its cell, as ConnectX writes them; then, in WQE order,
+an error CQE for each refused WQE and the collapsed CQE with the newest completed WQE's
+index, so the queue's own protocol (``ibgda_progress``) reads completions as from the
+emulated NIC's thread. No Python thread stands between a device thread and the wire.
+
+The table (one int64 array) holds the global words, a row per queue pair (its queues'
+addresses, the endpoint to its peer, how far the NIC has read and completed), and a
+flight per basic block of each send queue: what the WQE starting there needs when its
+answer comes. A request's ticket is its queue's row and its WQE's first block.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from numba import njit, types
+
+from ..core._llvm import built_once
+from ..nic import _mlx5 as mlx5
+from ..nic._queue_pair import SQ_DEPTH
+from ..nic._wqe_code import decoder
+from . import _native, _target as target, _ucp as ucp
+
+__all__ = ["MAX_QUEUES", "DEPTH", "TABLE_WORDS", "GLOBAL_WORDS", "drain", "ring", "drain_rung", "sleeping",
+           "complete", "land", "progress_until", "callbacks", "symbols", "row_of"]
+
+MAX_QUEUES = 64
+DEPTH = SQ_DEPTH
+# global words: the table's size, the worker, the parameters of rendezvous receives and of
+# requests, the table's own address, a receive's ticket, the send side's lock, queues in use
+# ... how many times CQEs were written, whether the progress thread is awake (it then
+# sends what a doorbell announces), whether a doorbell rang for it, the local keys in use
+G_WORDS, G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_SELF, G_PENDING, G_SEND_LOCK, G_QUEUES, G_COMPLETIONS, \
+    G_AWAKE, G_RUNG, G_KEYS_USED = range(12)
+G_HEADER = 12                                    # a request being sent
+G_BATCH = G_HEADER + target.REQUEST_WORDS       # the requests being batched
+G_COUNT = G_BATCH + target.MAX_BATCH * target.REQUEST_WORDS    # how many
+GLOBAL_WORDS = G_COUNT + 1
+# a queue pair's row: its send queue, doorbell record, rung word (0: none), collapsed CQ,
+# error CQ, number, the endpoint to its peer, the next block to read, the first block not
+# complete, CQEs written (error CQEs, when collapsed), the completion lock, a word for
+# CQE bytes, whether the CQ is collapsed
+Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_READ, Q_DONE, Q_CQES, Q_DONE_LOCK, Q_SCRATCH, \
+    Q_COLLAPSED = range(13)
+QUEUE_WORDS = 13
+# a WQE in flight, at the block it starts: done mark (its first block + 1), syndrome,
+# local address, atomic size, the next WQE's first block, its WQE index (bits 0-15),
+# whether it is signalled (bit 16) and its byte count (from bit 17), inline bytes
+F_DONE, F_SYNDROME, F_LADDR, F_SIZE, F_NEXT, F_INDEX, F_DATA = range(7)
+FLIGHT_WORDS = F_DATA + (mlx5.MAX_INLINE + 7) // 8
+QUEUES_AT = GLOBAL_WORDS
+FLIGHTS_AT = QUEUES_AT + MAX_QUEUES * QUEUE_WORDS
+TABLE_WORDS = FLIGHTS_AT + MAX_QUEUES * DEPTH * FLIGHT_WORDS
+TICKET_SHIFT = 40
+_START_MASK = (1 << TICKET_SHIFT) - 1
+_LOCAL_PROT, _INVALID, _UNREACHED = mlx5.SYNDROME_LOCAL_PROT, mlx5.SYNDROME_REMOTE_INVALID, mlx5.SYNDROME_TRANSPORT
+_CQE_ERR, _CQE_REQ = mlx5.CQE_REQ_ERR << 4, mlx5.CQE_REQ << 4
+_INLINE_AT = mlx5.WQE_FIELDS.fields["inline_data"][1]
+
+# decode_wqes(sq, depth, index, blocks, out) -> rows: the NIC's decoder (``_wqe_code``),
+# callable from numba code once ``_build`` has registered it
+decode_wqes = types.ExternalFunction("pgas_nic_decode_wqes", types.int64(*[types.int64] * 5))
+
+
+@njit(nogil=True, cache=True)
+def row_of(q):
+    return QUEUES_AT + q * QUEUE_WORDS
+
+
+@njit(nogil=True, cache=True)
+def _flight(q, start):
+    return FLIGHTS_AT + (q * DEPTH + start % DEPTH) * FLIGHT_WORDS
+
+
+@njit(nogil=True, cache=True)
+def _be32(x):
+    """The 4 bytes of ``x`` in network order, as a native word holds them."""
+    return ((x >> 24) & 0xFF) | ((x >> 8) & 0xFF00) | ((x << 8) & 0xFF0000) | ((x << 24) & 0xFF000000)
+
+
+@njit(nogil=True, cache=True)
+def _be64(x):
+    return (_be32(x & 0xFFFFFFFF) << 32) | _be32((x >> 32) & 0xFFFFFFFF)
+
+
+@njit(nogil=True, cache=True)
+def _lock(table, word):
+    address = table.ctypes.data + 8 * word
+    while target.apply_atomic(target.AMO_CAS, 8, address, 1, 0) != 0:
+        _native.sched_yield()       # held for a few stores, or one doorbell's sends
+
+
+@njit(nogil=True, cache=True)
+def _unlock(table, word):
+    target.apply_atomic(target.AMO_SWAP, 8, table.ctypes.data + 8 * word, 0, 0)
+
+
+@njit(nogil=True, cache=True)
+def wire_request(opcode, size, inline, o0, o1, o2, o3):
+    """(the wire's operation, value, compare) of an mlx5 WQE: an RDMA write or read, or the
+    one atomic operation that does what the atomic segment asks (``atomic_segments``'s
+    forms); any other masked atomic goes whole (``AMO_MLX5``: operands o0 to o3); -1 for an
+    opcode that is none of these."""
+    ones = 0xFFFFFFFF if size == 4 else -1
+    if opcode == mlx5.OP_RDMA_WRITE:
+        return (target.PUT_INLINE if inline else target.PUT), 0, 0
+    if opcode == mlx5.OP_RDMA_READ:
+        return target.GET, 0, 0
+    if opcode == mlx5.OP_ATOMIC_FA:
+        return target.AMO_ADD, o0, 0
+    if opcode == mlx5.OP_ATOMIC_CS:
+        return target.AMO_CAS, o0, o1
+    if opcode == mlx5.OP_MASKED_FA:
+        if o1 & ones == 0:                 # no field boundaries: an add
+            return target.AMO_ADD, o0 & ones, 0
+        if o1 & ones == ones:              # every bit its own field: addition without carries
+            return target.AMO_XOR, o0 & ones, 0
+        return target.AMO_MLX5, o0, o1
+    if opcode == mlx5.OP_MASKED_CS:
+        swap, compare, swap_mask, compare_mask = o0 & ones, o1 & ones, o2 & ones, o3 & ones
+        if compare_mask == ones and swap_mask == ones:
+            return target.AMO_CAS, swap, compare
+        if compare_mask == 0:
+            if swap_mask == ones:
+                return target.AMO_SWAP, swap, 0
+            if swap & swap_mask == swap_mask:
+                return target.AMO_OR, swap_mask, 0
+            if swap & swap_mask == 0:
+                return target.AMO_AND, ones & ~swap_mask, 0
+        return target.AMO_MLX5, o0, o1
+    return -1, 0, 0
+
+
+@njit(nogil=True, cache=True)
+def _registered(keys, used, lkey, address, nbytes):
+    """True when [address, address + nbytes) lies in the region of local key ``lkey``."""
+    for row in range(used):
+        if keys[row, 0] == lkey and lkey != 0:
+            return keys[row, 1] <= address and address - keys[row, 1] <= keys[row, 2] - nbytes
+    return False
+
+
+@njit(nogil=True, cache=True)
+def _write_cqe(table, row, cq, position, wqe_index, syndrome, opcode, byte_count):
+    """CQE number ``position`` of ``cq`` (a ring of DEPTH): ``byte_count``, ``syndrome``
+    and, in one 8-byte store last, the QP number, WQE counter and opcode with the owner
+    bit of this pass round the ring (``mlx5.write_cqe``'s bytes)."""
+    at = cq + (position % DEPTH) * 64
+    scratch = table.ctypes.data + 8 * (row + Q_SCRATCH)
+    table[row + Q_SCRATCH] = _be32(byte_count)
+    _native.memcpy(at + 44, scratch, 4)
+    table[row + Q_SCRATCH] = syndrome
+    _native.memcpy(at + 55, scratch, 1)
+    owner = (position // DEPTH) & 1
+    tail = _be32(table[row + Q_QPN] & 0xFFFFFF) | ((((wqe_index >> 8) & 0xFF) | ((wqe_index & 0xFF) << 8)) << 32) \
+        | ((opcode | owner) << 56)
+    target.apply_atomic(target.AMO_SWAP, 8, at + 56, tail, 0)
+
+
+@njit(nogil=True, cache=True)
+def complete(table, q):
+    """Write the CQEs of queue ``q``'s WQEs that are done, in WQE order, from the first
+    not yet complete, and move the queue's first incomplete block on. A collapsed CQ gets
+    an error CQE in its error ring for each refused WQE, then its one CQE naming the newest
+    WQE (ConnectX's collapsed CQ); another a CQE for each signalled or refused WQE."""
+    row = row_of(q)
+    _lock(table, row + Q_DONE_LOCK)
+    position, newest = table[row + Q_DONE], -1
+    collapsed = table[row + Q_COLLAPSED] != 0
+    while True:
+        f = _flight(q, position)
+        if table[f + F_DONE] != position + 1:
+            break
+        syndrome, described = table[f + F_SYNDROME], table[f + F_INDEX]
+        newest = described & 0xFFFF
+        if syndrome != 0 or (not collapsed and described & 0x10000 != 0):
+            _write_cqe(table, row, table[row + (Q_ERR_CQ if collapsed else Q_CQ)], table[row + Q_CQES], newest,
+                       syndrome, _CQE_ERR if syndrome != 0 else _CQE_REQ, 0 if syndrome != 0 else described >> 17)
+            table[row + Q_CQES] += 1
+        position = table[f + F_NEXT]
+    if newest >= 0:
+        if collapsed:
+            _write_cqe(table, row, table[row + Q_CQ], 0, newest, 0, _CQE_REQ, 0)
+        target.fence()              # the CQEs before the counts a waiter reads
+        table[row + Q_DONE] = position
+        target.apply_atomic(target.AMO_ADD, 8, table.ctypes.data + 8 * G_COMPLETIONS, 1, 0)
+    _unlock(table, row + Q_DONE_LOCK)
+
+
+@njit(nogil=True, cache=True)
+def _finish(table, q, start, syndrome):
+    """WQE ``start`` of queue ``q`` is done (with ``syndrome``)."""
+    f = _flight(q, start)
+    table[f + F_SYNDROME] = syndrome
+    target.fence()                  # the data, value and syndrome before the done mark
+    table[f + F_DONE] = start + 1
+
+
+@njit(nogil=True, cache=True)
+def land(table, ticket, syndrome, fetched):
+    """The answer to request ``ticket``: a fetched value at the WQE's local address
+    (network byte order), then its completion."""
+    q, start = ticket >> TICKET_SHIFT, ticket & _START_MASK
+    f = _flight(q, start)
+    size = table[f + F_SIZE]
+    if syndrome == 0 and size != 0:
+        table[f + F_DATA] = _be64(fetched) if size == 8 else _be32(fetched & 0xFFFFFFFF)
+        _native.memcpy(table[f + F_LADDR], table.ctypes.data + 8 * (f + F_DATA), size)
+    _finish(table, q, start, syndrome)
+    complete(table, q)
+
+
+@njit(nogil=True, cache=True)
+def _send(table, endpoint, am_id, header, header_bytes, data, nbytes):
+    """Send one message; False when UCX could not."""
+    request = _native.ucp_am_send_nbx(endpoint, am_id, header, header_bytes, data, nbytes, table[G_SEND_PARAMS])
+    if request > 0:     # UCX completes it; the header was copied, the data outlives it (the answer comes after)
+        _native.ucp_request_free(request)
+    return request >= 0
+
+
+@njit(nogil=True, cache=True)
+def _send_batch(table, q):
+    """Send the batched requests to queue ``q``'s peer; those UCX could not send fail."""
+    count = table[G_COUNT]
+    if count == 0:
+        return
+    table[G_COUNT] = 0
+    if not _send(table, table[row_of(q) + Q_ENDPOINT], target.AM_BATCH, table.ctypes.data + 8 * G_BATCH,
+                 8 * target.REQUEST_WORDS * count, 0, 0):
+        for i in range(count):
+            ticket = table[G_BATCH + i * target.REQUEST_WORDS + target.H_TICKET]
+            _finish(table, q, ticket & _START_MASK, _UNREACHED)
+
+
+@njit(nogil=True, cache=True)
+def drain(table, q, keys, wqes):
+    """Send every WQE posted to queue ``q`` since the last look (``keys``: the local keys,
+    ``table[G_KEYS_USED]`` rows of them; ``wqes``: room to decode a queue's worth). How
+    many WQEs it read."""
+    row = row_of(q)
+    _lock(table, G_SEND_LOCK)
+    if table[row + Q_RUNG] != 0:     # cleared before the doorbell record is read: a post after it rings again
+        target.apply_atomic(target.AMO_SWAP, 8, table[row + Q_RUNG], 0, 0)
+    producer = _be32(target.apply_atomic(target.AMO_FETCH, 4, table[row + Q_DBR], 0, 0)) & 0xFFFF
+    read = table[row + Q_READ]
+    blocks = (producer - read) & 0xFFFF
+    rows = decode_wqes(table[row + Q_SQ], DEPTH, read, blocks, wqes.ctypes.data) if blocks != 0 else 0
+    for i in range(rows):
+        w = wqes[i]
+        start = read
+        read += 2 if w.ds * 16 > mlx5.BB else 1
+        size, nbytes, laddr = np.int64(w.size), np.int64(w.length), np.int64(w.laddr)
+        f = _flight(q, start)
+        table[f + F_NEXT], table[f + F_LADDR], table[f + F_SIZE] = read, laddr, size
+        table[f + F_INDEX] = np.int64(w.index) | (np.int64(w.signaled) << 16) | (nbytes << 17)
+        o2, o3 = np.int64(w.operands[2]), np.int64(w.operands[3])
+        op, value, compare = wire_request(w.opcode, size, w.inline, np.int64(w.operands[0]), np.int64(w.operands[1]),
+                                          o2, o3)
+        if op < 0 or not (w.inline or nbytes == 0 or _registered(keys, table[G_KEYS_USED], np.int64(w.lkey), laddr, nbytes)):
+            _finish(table, q, start, _INVALID if op < 0 else _LOCAL_PROT)
+            continue
+        small = op != target.GET and op != target.PUT and nbytes <= 8
+        if not small:
+            _send_batch(table, q)       # the requests before it go first
+        at = G_BATCH + table[G_COUNT] * target.REQUEST_WORDS if small else G_HEADER
+        table[at + target.H_TICKET], table[at + target.H_OP] = (q << TICKET_SHIFT) | start, op
+        table[at + target.H_SIZE] = size | (np.int64(w.opcode) << 8 if op == target.AMO_MLX5 else 0)
+        table[at + target.H_MASK], table[at + target.H_COMPARE_MASK] = o2, o3
+        table[at + target.H_RKEY], table[at + target.H_RADDR], table[at + target.H_NBYTES] = np.int64(w.rkey), \
+            np.int64(w.raddr), nbytes
+        table[at + target.H_VALUE], table[at + target.H_COMPARE] = value, compare
+        inline = wqes.ctypes.data + i * wqes.strides[0] + _INLINE_AT
+        if small:
+            if op == target.PUT_INLINE:
+                _native.memcpy(table.ctypes.data + 8 * (at + target.H_VALUE), inline, nbytes)
+            table[G_COUNT] += 1
+            if table[G_COUNT] == target.MAX_BATCH:
+                _send_batch(table, q)
+            continue
+        data = 0
+        if op == target.PUT_INLINE:     # its bytes kept with the flight until the answer
+            data = table.ctypes.data + 8 * (f + F_DATA)
+            _native.memcpy(data, inline, nbytes)
+        elif op == target.PUT:
+            data = laddr
+        if not _send(table, table[row + Q_ENDPOINT], target.AM_REQUEST, table.ctypes.data + 8 * G_HEADER,
+                     8 * target.REQUEST_WORDS, data, nbytes if data != 0 else 0):
+            _finish(table, q, start, _UNREACHED)
+    _send_batch(table, q)
+    table[row + Q_READ] = read
+    _unlock(table, G_SEND_LOCK)
+    complete(table, q)          # those refused here (the others complete as their answers land)
+    return rows
+
+
+@njit(cache=True)
+def ring(table, q, keys, used, wqes):
+    """The doorbell of queue ``q`` (keys: ``used`` rows). While the progress thread is
+    awake it sends what the doorbells announce, many WQEs of many threads to a message
+    (the rung word already tells it); else this thread sends them now. Keeps the
+    interpreter lock: a simulated device thread that let it go would wait to get it back."""
+    table[G_KEYS_USED] = used
+    table[G_RUNG] = 1
+    target.fence()                  # the rung mark before the look at the thread (it does the reverse)
+    if table[G_AWAKE] == 0:
+        drain(table, q, keys, wqes)
+
+
+@njit(nogil=True, cache=True)
+def drain_rung(table, keys, wqes):
+    """The progress thread: send what every rung queue's doorbell announced; True if any rang."""
+    if table[G_RUNG] == 0:
+        return False
+    table[G_RUNG] = 0
+    target.fence()
+    for q in range(table[G_QUEUES]):
+        rung = table[row_of(q) + Q_RUNG]
+        if rung == 0 or target.apply_atomic(target.AMO_FETCH, 8, rung, 0, 0) != 0:
+            drain(table, q, keys, wqes)
+    return True
+
+
+@njit(nogil=True, cache=True)
+def sleeping(table, asleep):
+    """The progress thread goes to sleep (``asleep``; False when a doorbell rang meanwhile:
+    it stays awake) or wakes."""
+    if not asleep:
+        table[G_AWAKE] = 1
+        return False
+    table[G_AWAKE] = 0
+    target.fence()
+    if table[G_RUNG] != 0:
+        table[G_AWAKE] = 1
+        return False
+    return True
+
+
+@njit(cache=True)
+def progress_until(worker, table, keys, wqes, word, value, spins):
+    """Send what rung doorbells announce (a waiter does not wait for the progress thread
+    to), then progress the worker until ``table[word] >= value``, at most ``spins`` rounds
+    (yielding the core between empty ones); True when it got there. Keeps the interpreter
+    lock, as the ucx engine's waits do (``_worker.progress_until``)."""
+    drain_rung(table, keys, wqes)
+    for _ in range(spins):
+        if table[word] >= value:
+            return True
+        if _native.ucp_worker_progress(worker) == 0:
+            _native.sched_yield()
+    return table[word] >= value
+
+
+def _register():
+    ucp.load()
+    target.atomics()
+    ucp.register_symbol("nic_decode_wqes", ctypes.cast(decoder(), ctypes.c_void_p).value)
+
+
+symbols = built_once(_register)      # what ``drain`` (and so the progress thread's loop) calls, registered
+
+
+def _build():
+    """(on_answer, on_answers, on_get_received): the answers' handlers, compiled (or
+    loaded from numba's cache) once the symbols they call (and ``drain``'s) are registered."""
+    from numba import carray, cfunc
+
+    symbols()
+    handler = types.int32(types.CPointer(types.int64), types.CPointer(types.int64), types.int64, types.int64,
+                          types.int64, types.CPointer(types.int64))
+    completion = types.void(types.int64, types.int32, types.int64, types.CPointer(types.int64))
+
+    @cfunc(handler, nopython=True, cache=True)
+    def on_answer(arg, header, header_length, data, length, param):
+        table = carray(arg, (TABLE_WORDS,))
+        h = carray(header, (target.ANSWER_WORDS,))
+        ticket, syndrome = h[0], h[1]
+        if syndrome == 0 and length > 0:            # a read's data
+            laddr = table[_flight(ticket >> TICKET_SHIFT, ticket & _START_MASK) + F_LADDR]
+            if param[0] & ucp.AM_RECV_ATTR_FLAG_RNDV == 0:
+                _native.memcpy(laddr, data, length)
+            else:                   # straight into its place; complete when it has landed
+                request = _native.ucp_am_recv_data_nbx(table[G_WORKER], data, laddr, length, table[G_RECEIVE_PARAMS])
+                if request > 0:
+                    table[G_PENDING] = ticket
+                    _native.memcpy(request, table.ctypes.data + 8 * G_PENDING, 8)
+                    return 0
+                if request < 0:
+                    syndrome = _INVALID
+        land(table, ticket, syndrome, h[2])
+        return 0
+
+    @cfunc(handler, nopython=True, cache=True)
+    def on_answers(arg, header, header_length, data, length, param):
+        table = carray(arg, (TABLE_WORDS,))
+        count = header_length // (8 * target.ANSWER_WORDS)
+        answers = carray(header, (count, target.ANSWER_WORDS))
+        for i in range(count):
+            land(table, answers[i, 0], answers[i, 1], answers[i, 2])
+        return 0
+
+    @cfunc(completion, nopython=True, cache=True)
+    def on_get_received(request, status, length, arg):
+        table = carray(arg, (TABLE_WORDS,))
+        _native.memcpy(table.ctypes.data + 8 * G_PENDING, request, 8)
+        _native.ucp_request_free(request)
+        land(table, table[G_PENDING], 0 if status == 0 else _INVALID, 0)
+
+    return on_answer, on_answers, on_get_received
+
+
+callbacks = built_once(_build)
+
+
