@@ -92,6 +92,13 @@ def pgasrun(n: int, *command: str, options=(), env=None, timeout: float = 240, s
                           **({"input": input} if input is not None else {"stdin": stdin}))
 
 
+def transport_env(path: str) -> dict:
+    """The environment that selects a remote path: ``ibgda``, ``proxy`` or ``ucx``, and for the
+    NIC's paths ``+mpi`` for the emulated NIC's thread over MPI instead of the native NIC."""
+    transport, _, wire = path.partition("+")
+    return {"PGAS_REMOTE_TRANSPORT": transport, **({"PGAS_NIC_WIRE": wire} if wire else {})}
+
+
 def check_names(module: str) -> list[str]:
     """The ``check_*`` functions of tests/pe/<module>.py, in file order (read without importing)."""
     tree = ast.parse((PE_DIR / f"{module}.py").read_text())

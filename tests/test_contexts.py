@@ -4,7 +4,7 @@ engine, where a context's ``quiet`` also shows that it completes (and reports th
 failures of) only its own requests."""
 import pytest
 
-from conftest import pe_lines, pgasrun
+from conftest import pe_lines, pgasrun, transport_env
 
 CONTEXTS = r"""
 import threading
@@ -182,6 +182,6 @@ def test_contexts_on_one_node(tmp_path, clean_shm):
     _run(tmp_path, CONTEXTS, 3)
 
 
-@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx"])
+@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx", "ibgda+mpi"])
 def test_contexts_across_nodes(tmp_path, clean_shm, transport):
-    _run(tmp_path, CONTEXTS, 4, ("--pes-per-node", "2"), {"PGAS_REMOTE_TRANSPORT": transport})
+    _run(tmp_path, CONTEXTS, 4, ("--pes-per-node", "2"), transport_env(transport))

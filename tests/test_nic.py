@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from conftest import pe_lines, pgasrun
+from conftest import pe_lines, pgasrun, transport_env
 from pgas.nic import _mlx5 as mlx5
 from pgas.transport import _proxy as proxy
 from pgas.nic._target import apply_atomic
@@ -192,7 +192,7 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx"])
+@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx", "ibgda+mpi", "proxy+mpi"])
 def test_forged_and_out_of_range_requests_are_refused(tmp_path, clean_shm, transport):
     _both_ok_as_two_nodes(tmp_path, FORGED, transport)
 
@@ -202,7 +202,7 @@ def _both_ok_as_two_nodes(tmp_path, program: str, transport: str, env: dict | No
     script = tmp_path / "program.py"
     script.write_text(program)
     proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"],
-                   env={"PGAS_REMOTE_TRANSPORT": transport, **(env or {})})
+                   env={**transport_env(transport), **(env or {})})
     assert proc.returncode == 0, proc.stderr
     assert pe_lines(proc) == ["[0] ok", "[1] ok"]
 
@@ -319,7 +319,7 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx"])
+@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx", "proxy+mpi"])
 def test_a_put_and_a_signal_nobody_quiets_or_waits_for_are_delivered(tmp_path, clean_shm, transport):
     _both_ok_as_two_nodes(tmp_path, UNWAITED, transport)
 
@@ -440,11 +440,11 @@ def test_a_remote_peer_that_stops_or_dies_ends_the_run(tmp_path, clean_shm, how)
         assert "pgasrun: PE 2 exited with status 3" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx"])
+@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx", "ibgda+mpi", "proxy+mpi"])
 def test_load_many_threads_small_puts_and_atomics_across_nodes(clean_shm, transport):
     """The load test at a modest size (the full size: docs/benchmarks.md)."""
     proc = pgasrun(4, "python", "-m", "pgas.bench", "nic_load", "--blocks", "2", "--threads", "16", "--ops", "4",
-                   options=["--pes-per-node", "2"], env={"PGAS_REMOTE_TRANSPORT": transport}, timeout=300)
+                   options=["--pes-per-node", "2"], env=transport_env(transport), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("checksums ok, nothing lost or duplicated") == 4, proc.stdout
 

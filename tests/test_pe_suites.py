@@ -3,7 +3,7 @@ again across emulated nodes, where PEs on other nodes are reached through the NI
 GPU-initiated path and the CPU proxy, both through the emulated NIC, and the ucx engine)."""
 import pytest
 
-from conftest import assert_check_passed, check_names
+from conftest import assert_check_passed, check_names, transport_env
 
 ALL_COUNTS = [1, 2, 4]     # an odd count runs across nodes (3 PEs, one per node) for each of them
 MULTI_PE = [2, 3, 4]
@@ -31,8 +31,9 @@ MODULES = {
 # there too).
 # The CPU proxy and the ucx engine run on the mixed layout the modules that drive a remote
 # engine call by call (everything above them reaches any engine through the same
-# Transports calls), to keep the suite short.
-LAYOUTS = {"ibgda": [(4, 2), (3, 1)], "proxy": [(4, 2)], "ucx": [(4, 2)]}
+# Transports calls), to keep the suite short; so does the GPU-initiated path with the NIC's
+# thread executing its WQEs over MPI (+mpi: the fallback where UCX cannot be loaded).
+LAYOUTS = {"ibgda": [(4, 2), (3, 1)], "proxy": [(4, 2)], "ucx": [(4, 2)], "ibgda+mpi": [(4, 2)]}
 MIXED_ONLY = {"checks_collectives", "checks_device_collectives", "checks_teams", "checks_scans", "checks_debug"}
 ENGINE_MODULES = {"checks_host_rma", "checks_device_rma", "checks_device_sync", "checks_errors", "checks_atomics",
                  "checks_signals", "checks_locks"}
@@ -56,4 +57,4 @@ def test_on_pes(module, n, name):
                          ids=[f"{t}-{m}-{n}pe-{k}per-node-{c}" for t, m, n, k, c in REMOTE_CASES])
 def test_across_nodes(transport, module, n, per_node, name):
     assert_check_passed(module, n, name, options=("--pes-per-node", str(per_node)),
-                        env={**MODULES[module][1], "PGAS_REMOTE_TRANSPORT": transport})
+                        env={**MODULES[module][1], **transport_env(transport)})
