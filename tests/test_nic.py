@@ -243,7 +243,7 @@ if me == 0:
                                    rt.transports.nic.remote[1].rkey, queue.lkey, 0, size, *operands, 1)
         assert posted >= 0, posted
         if engine.native is not None:
-            engine.native.ring(queue.row)
+            engine.native.ring(queue.row, True)
         else:
             engine.nic.ring(queue.descriptor[code.W["doorbell"]:code.W["doorbell"] + 1].tobytes())
         old = engine.wait("masked", (queue, posted >> 1, AMO_ADD, size))

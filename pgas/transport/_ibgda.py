@@ -150,7 +150,7 @@ class Ibgda:
             clock.pause(lambda: f"room in the send queue to PE {pe} ({queue.qp.depth} basic blocks in flight)")
         if posted & 1:
             if self.native is not None:
-                self.native.ring(queue.row)
+                self.native.ring(queue.row, waited)
             else:
                 self.nic.ring(queue.descriptor[code.W["doorbell"]:code.W["doorbell"] + 1].tobytes())
         return queue, posted >> 1, op, size

@@ -254,7 +254,7 @@ class Proxy:
         self._producer[qp.qpn] = index + blocks
         qp.dbr[0] = (index + blocks) & 0xFFFF                 # the doorbell record, then the doorbell
         if self.native is not None:
-            self.native.ring(self._rows[qp.qpn])
+            self.native.ring(self._rows[qp.qpn], bool(slot["waited"]))
         else:
             self.nic.ring(qp.sq[index % qp.depth, :8].tobytes())
 

@@ -306,16 +306,20 @@ def drain(table, q, keys, wqes):
 
 
 @njit(cache=True)
-def ring(table, q, keys, used, wqes):
+def ring(table, q, keys, used, wqes, waited):
     """The doorbell of queue ``q`` (keys: ``used`` rows). While the progress thread is
     awake it sends what the doorbells announce, many WQEs of many threads to a message
-    (the rung word already tells it); else this thread sends them now. Keeps the
-    interpreter lock: a simulated device thread that let it go would wait to get it back."""
+    (the rung word already tells it); else, or when the ringing thread will wait for
+    its WQE (``waited``: its answer should be on its way by then), this thread sends them
+    now. Keeps the interpreter lock: a simulated device thread that let it go would wait
+    to get it back."""
     table[G_KEYS_USED] = used
-    table[G_RUNG] = 1
-    target.fence()                  # the rung mark before the look at the thread (it does the reverse)
-    if table[G_AWAKE] == 0:
-        drain(table, q, keys, wqes)
+    if table[G_AWAKE] != 0 and not waited:
+        table[G_RUNG] = 1
+        target.fence()              # the mark before the second look (the thread does the reverse)
+        if table[G_AWAKE] != 0:
+            return
+    drain(table, q, keys, wqes)
 
 
 @njit(nogil=True, cache=True)

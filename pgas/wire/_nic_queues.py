@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core._errors import PgasError
+from ..core._waiting import precise_sleeps
 from ..nic import _mlx5 as mlx5
 from . import _batch as batch, _nic_code as code, _target as target, _ucp as ucp
 from ._nic_code import (G_COMPLETIONS, G_RECEIVE_PARAMS, G_SELF, G_SEND_PARAMS, G_WORDS, G_WORKER, G_QUEUES, DEPTH,
@@ -25,6 +26,7 @@ class NicQueues:
         from ._worker import serve
         on_answer, on_answers, on_get_received = code.callbacks()
         wire_cache.drop_if_stale((code.drain, code.ring, code.land, code.progress_until, serve))
+        precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.nic = nic
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
         self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey)
@@ -62,9 +64,9 @@ class NicQueues:
         self.table[G_QUEUES] = self._queues
         return q
 
-    def ring(self, q: int) -> None:
-        """The doorbell of queue ``q`` (``_nic_code.ring``)."""
-        code.ring(self.table, q, self.nic.keys.rows, self.nic.keys.used, self._wqes)
+    def ring(self, q: int, waited: bool) -> None:
+        """The doorbell of queue ``q``; ``waited``: the caller will wait for its WQE (``_nic_code.ring``)."""
+        code.ring(self.table, q, self.nic.keys.rows, self.nic.keys.used, self._wqes, waited)
 
     def cqes_written(self, q: int) -> int:
         """CQEs written to queue ``q``'s CQ so far (its error CQ's, when collapsed)."""
