@@ -43,6 +43,11 @@ class NicQueues:
         self.worker.start(self._no_batches, (self.table, nic.keys.rows, np.zeros(DEPTH, mlx5.WQE_FIELDS)))
         self._queues = 0
 
+    @staticmethod
+    def _row(q: int) -> int:
+        """Queue ``q``'s row in the table (``_nic_code.row_of``, without a native call)."""
+        return code.QUEUES_AT + q * code.QUEUE_WORDS
+
     def endpoints(self, lane: int) -> dict[int, int]:
         """The endpoints of lane ``lane`` (0: the worker's own; a new set of connections
         for each context's lane)."""
@@ -58,7 +63,7 @@ class NicQueues:
                             "communication contexts x paths); destroy contexts, or use PGAS_REMOTE_TRANSPORT=ucx")
         q, self._queues = self._queues, self._queues + 1
         address = lambda array: 0 if array is None else array.__array_interface__["data"][0]    # noqa: E731
-        self.table[code.row_of(q) + np.array([Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_COLLAPSED])] = (
+        self.table[self._row(q) + np.array([Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_COLLAPSED])] = (
             address(qp.sq), address(qp.dbr), rung_at, address(qp.cq), address(qp.err_cq), qp.qpn, endpoint,
             int(qp.collapsed))
         self.table[G_QUEUES] = self._queues
@@ -70,7 +75,7 @@ class NicQueues:
 
     def cqes_written(self, q: int) -> int:
         """CQEs written to queue ``q``'s CQ so far (its error CQ's, when collapsed)."""
-        return int(self.table[code.row_of(q) + Q_CQES])
+        return int(self.table[self._row(q) + Q_CQES])
 
     def completions(self) -> int:
         """How many times CQEs were written, to any queue (a count that only grows)."""
@@ -80,7 +85,7 @@ class NicQueues:
         """Progress the worker (at most ``spins`` rounds) until queue ``q``'s WQEs that
         start below block ``floor`` are complete (``q`` -1: until ``completions()`` has
         passed ``floor``); True when they are."""
-        word = G_COMPLETIONS if q < 0 else code.row_of(q) + Q_DONE
+        word = G_COMPLETIONS if q < 0 else self._row(q) + Q_DONE
         return code.progress_until(self.worker.handle, self.table, self.nic.keys.rows, self._wqes, word, floor, spins)
 
     def close(self) -> None:
