@@ -381,9 +381,7 @@ def _build():
     from numba import carray, cfunc
 
     symbols()
-    handler = types.int32(types.CPointer(types.int64), types.CPointer(types.int64), types.int64, types.int64,
-                          types.int64, types.CPointer(types.int64))
-    completion = types.void(types.int64, types.int32, types.int64, types.CPointer(types.int64))
+    handler, completion = target.HANDLER, target.COMPLETION
 
     @cfunc(handler, nopython=True, cache=True)
     def on_answer(arg, header, header_length, data, length, param):

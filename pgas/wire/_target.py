@@ -129,6 +129,11 @@ class _Atomics:
 # code, once ``atomics()`` has compiled them
 apply_atomic = types.ExternalFunction("pgas_wire_apply_atomic", types.int64(*[types.int64] * 5))
 fence = types.ExternalFunction("pgas_wire_fence", types.void())
+# the numba signatures of an active-message handler (ucp_am_recv_callback_t: arg, header,
+# header length, data, length, receive parameters) and of a receive's completion
+HANDLER = types.int32(types.CPointer(types.int64), types.CPointer(types.int64), types.int64, types.int64,
+                      types.int64, types.CPointer(types.int64))
+COMPLETION = types.void(types.int64, types.int32, types.int64, types.CPointer(types.int64))
 _ACCESS, _INVALID = mlx5.SYNDROME_REMOTE_ACCESS, mlx5.SYNDROME_REMOTE_INVALID
 _REPLY_EP_FIELD, _RENDEZVOUS = ucp.AM_RECV_ATTR_FIELD_REPLY_EP, ucp.AM_RECV_ATTR_FLAG_RNDV
 
@@ -206,9 +211,7 @@ def _build_callbacks():
 
     ucp.load()
     atomics()
-    handler = types.int32(types.CPointer(types.int64), types.CPointer(types.int64), types.int64, types.int64,
-                          types.int64, types.CPointer(types.int64))
-    completion = types.void(types.int64, types.int32, types.int64, types.CPointer(types.int64))
+    handler, completion = HANDLER, COMPLETION
 
     @cfunc(handler, nopython=True, cache=True)
     def on_request(arg, header, header_length, data, length, param):
