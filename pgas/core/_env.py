@@ -98,8 +98,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in [
              "post their own WQEs) or proxy (a CPU thread posts the device's requests); or ucx "
              "(UCX active messages, posted and answered in native code; simulator backend)"),
     Variable("PGAS_NIC_WIRE", "ucx", _choice("ucx", "mpi"),
-             "simulator backend, ibgda: who executes the WQEs device threads post: ucx (native code "
-             "reads them and sends them over UCX; where UCX cannot be loaded, mpi) or mpi (the "
+             "simulator backend, ibgda and proxy: who executes the WQEs the paths post: ucx (native "
+             "code reads them and sends them over UCX; where UCX cannot be loaded, mpi) or mpi (the "
              "emulated NIC's thread, over MPI)"),
     Variable("PGAS_TIMEOUT", "300", _positive_float,
              "seconds a blocking wait (wait_until, signal_wait_until, barriers, syncs) may take "

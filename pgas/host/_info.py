@@ -68,11 +68,10 @@ def main(argv=None) -> int:
     print(f"pgas {__version__}")
     print(f"backend: {backend_name()} (PGAS_BACKEND={setting('PGAS_BACKEND')})")
     remote = setting("PGAS_REMOTE_TRANSPORT")
-    how = {"ucx": "UCX active messages",
-           "proxy": "a CPU proxy thread posts WQEs; the emulated NIC's thread executes them over MPI",
-           "ibgda": "device threads post WQEs; native code executes them over UCX"
-                    if setting("PGAS_NIC_WIRE") == "ucx" and ucx_loads()
-                    else "device threads post WQEs; the emulated NIC's thread executes them over MPI"}[remote]
+    native = setting("PGAS_NIC_WIRE") == "ucx" and backend_name() != "cuda" and ucx_loads()
+    executes = "native code executes them over UCX" if native else "the emulated NIC's thread executes them over MPI"
+    how = {"ucx": "UCX active messages", "proxy": f"a CPU proxy thread posts WQEs; {executes}",
+           "ibgda": f"device threads post WQEs; {executes}"}[remote]
     print(f"transports: p2p (load/store between the PEs of a node); to PEs on other nodes: {remote} "
           f"(PGAS_REMOTE_TRANSPORT), {how}")
     print(f"UCX, for the ucx engine and the native NIC: {ucx_version()}")

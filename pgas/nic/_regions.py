@@ -2,6 +2,7 @@
 thread reaches the bytes (a view of host memory, or a window onto GPU memory)."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,28 +84,35 @@ def as_word(data: np.ndarray, address: int) -> np.ndarray:
 
 
 class KeyTable:
-    """The local keys as native code reads them (a NIC's memory translation table): one
-    int64 row per registered region of host memory, (lkey, base, size); a free row has
-    lkey 0. Rows are written under the interpreter lock, the lkey last, and read by the
-    native send side (``pgas.wire._nic_code``) without it. GPU memory (reached through
-    a window, not by address) has no row: requests naming it are refused there."""
+    """The local keys as native code reads them (a NIC's memory translation table): row 0
+    holds how many rows follow that have been written (the native search stops there);
+    then one int64 row per registered region of host memory, (lkey, base, size); a free
+    row has lkey 0. Rows are written under a lock (threads of the PE register buffers),
+    a reused row's lkey cleared first and written last, and read by the native NIC
+    (``pgas.wire._nic_code``) without it. GPU memory (reached through a window, not by
+    address) has no row: requests naming it are refused there."""
 
     ROWS = 4096
 
     def __init__(self):
-        self.rows = np.zeros((self.ROWS, 3), np.int64)
-        self.used = 0           # rows [0, used) have been written (the native search stops there)
+        self.rows = np.zeros((self.ROWS + 1, 3), np.int64)
+        self._lock = threading.Lock()
 
     def add(self, region: MemoryRegion) -> None:
         if region.view is None:
             return
-        free = np.flatnonzero(self.rows[:self.used, 0] == 0)
-        row = int(free[0]) if free.size else self.used
-        if row == self.ROWS:
-            return              # (the native side then refuses it: a local protection error)
-        self.rows[row, 1:] = region.base, region.size
-        self.rows[row, 0] = region.lkey
-        self.used = max(self.used, row + 1)
+        with self._lock:
+            used = int(self.rows[0, 0])
+            free = np.flatnonzero(self.rows[1:used + 1, 0] == 0)
+            row = int(free[0]) + 1 if free.size else used + 1
+            if row > self.ROWS:
+                return          # (the native side then refuses it: a local protection error)
+            self.rows[row, 0] = 0
+            self.rows[row, 1:] = region.base, region.size
+            self.rows[row, 0] = region.lkey
+            self.rows[0, 0] = max(used, row)
 
     def remove(self, lkey: int) -> None:
-        self.rows[:self.used, 0][self.rows[:self.used, 0] == lkey] = 0
+        with self._lock:
+            used = self.rows[1:int(self.rows[0, 0]) + 1, 0]
+            used[used == lkey] = 0

@@ -99,8 +99,11 @@ class Transports:
         if name not in REMOTE_TRANSPORTS:
             raise PgasError(f"remote transport must be one of {', '.join(REMOTE_TRANSPORTS)}, got {name!r}")
         if name == "ibgda" and name not in self.engines:
+            native = self._native_nic()
             try:
-                self.engines[name] = Ibgda(self.nic, self.timeout, self._native_nic())
+                self.engines[name] = Ibgda(self.nic, self.timeout, native)
+            except PgasError:
+                raise                   # (a RuntimeError too, but not the llvmlite failure below)
             except (ImportError, OSError, RuntimeError) as e:     # llvmlite cannot compile its code here
                 sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path (ibgda) cannot be set up "
                                  f"here ({type(e).__name__}: {e}); using the CPU proxy for PEs on other nodes\n")

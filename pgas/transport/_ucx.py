@@ -88,8 +88,19 @@ def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, 
     the PE of row ``row`` of ``batches`` (a put: ``nbytes`` at ``laddr``); one that
     nobody waits for and that carries at most 8 bytes joins that PE's batch instead.
     Its ticket; -1 when no slot is free (or a failure must be reported first: see
-    ``free_slots``); -2 - ticket when UCX could not send it (its status in the result)."""
+    ``free_slots``), or when a put or get to that PE whose data may land after what
+    follows (more than ``target.EAGER_BYTES``: by rendezvous) is not answered yet
+    (``ring[R_BLOCKED]``: its ticket + 1); -2 - ticket when UCX could not send it (its
+    status in the result)."""
     capacity = ring[target.R_CAPACITY]
+    at_row = batch.GLOBAL_WORDS + row * batch.ROW_WORDS
+    fence = batches[at_row + batch.P_FENCE]
+    if fence != 0:
+        if ring[_AT + target.C_DONE * capacity + (fence - 1) % capacity] < fence:
+            ring[target.R_BLOCKED] = fence
+            return -1
+        batches[at_row + batch.P_FENCE] = 0
+    ring[target.R_BLOCKED] = 0
     ticket = ring[target.R_NEXT]
     if ticket - ring[target.R_FREED] >= capacity:
         free_slots(ring, capacity, np.zeros((0, 5), np.int64))     # (it stops at a failure to report)
@@ -115,14 +126,18 @@ def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, 
         return ticket
     batch.flush_row(batches, row)       # the requests before it to that PE go first
     data = value_address if op == target.PUT_INLINE else (laddr if op == target.PUT else 0)
-    endpoint = batches[batch.GLOBAL_WORDS + row * batch.ROW_WORDS + batch.P_ENDPOINT]
-    request = _native.ucp_am_send_nbx(endpoint, target.AM_REQUEST, headers.ctypes.data + slot * target.REQUEST_WORDS * 8,
-                                      target.REQUEST_WORDS * 8, data, nbytes if data else 0, batches[batch.B_PARAMS])
+    large = nbytes > target.EAGER_BYTES
+    request = _native.ucp_am_send_nbx(batches[at_row + batch.P_ENDPOINT], target.AM_REQUEST,
+                                      headers.ctypes.data + slot * target.REQUEST_WORDS * 8, target.REQUEST_WORDS * 8,
+                                      data, nbytes if data else 0,
+                                      batches[batch.B_PARAMS if large else batch.B_EAGER_PARAMS])
     if request > 0:     # UCX completes it; the header and the data outlive it (the answer comes after)
         _native.ucp_request_free(request)
     elif request < 0:
         ring[_AT + target.C_RESULT * capacity + slot] = request
         return -2 - ticket
+    if large:           # nothing more to that PE until its data has landed (requests stay in order)
+        batches[at_row + batch.P_FENCE] = ticket + 1
     return ticket
 
 
@@ -165,6 +180,8 @@ class Ucx:
         self.headers = np.zeros((CAPACITY, target.REQUEST_WORDS), np.int64)
         # UCX picks eager or rendezvous by size (UCX_RNDV_THRESH)
         self._request_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
+        self._eager_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER
+                                                | ucp.AM_SEND_FLAG_EAGER)
         self._failures = np.zeros((CAPACITY, 5), np.int64)   # what free_slots found failed
         self.errors: list[str] = []
         self.worker.handle_messages(target.AM_ANSWER, on_answer, self.ring.ctypes.data)
@@ -172,7 +189,8 @@ class Ucx:
         # small requests nobody waits for, coalesced per peer (pgas.wire._batch)
         peers = sorted(self.worker.endpoints)
         self._row = {pe: row for row, pe in enumerate(peers)}
-        self.batches = batch.new_batches([self.worker.endpoints[pe] for pe in peers], self._request_params.ctypes.data)
+        self.batches = batch.new_batches([self.worker.endpoints[pe] for pe in peers], self._request_params.ctypes.data,
+                                         self._eager_params.ctypes.data)
         # a context's lane: endpoints of its own (connections of their own); its requests
         # are all waited for, so never batched
         self.lanes = Lanes(self.batches, self._new_endpoints)
@@ -198,7 +216,8 @@ class Ucx:
     def _new_endpoints(self) -> np.ndarray:
         """A lane: endpoints of their own to every peer, in the batches' row layout."""
         endpoints = self.worker.connect_again()
-        return batch.new_batches([endpoints[pe] for pe in sorted(endpoints)], self._request_params.ctypes.data)
+        return batch.new_batches([endpoints[pe] for pe in sorted(endpoints)], self._request_params.ctypes.data,
+                                 self._eager_params.ctypes.data)
 
     def close(self) -> None:
         self.flush()
@@ -231,13 +250,21 @@ class Ucx:
 
     def _post_when_free(self, fn: str, arguments: tuple) -> int:
         """Post once a slot of the ring is free (keeping the failures of the requests
-        whose slots it frees), waiting for the oldest request's answer."""
+        whose slots it frees), waiting for the oldest request's answer; or once the large
+        put or get to that PE ahead of it is answered."""
         deadline = time.monotonic() + self.timeout
         while True:
             self._keep_failures()
             ticket = self._post(*arguments)
             if ticket != -1:
                 return ticket
+            blocked = int(self.ring[target.R_BLOCKED])
+            if blocked:
+                ahead = self.columns[:, (blocked - 1) % CAPACITY]
+                pe, what = int(ahead[target.C_PE]), OP_NAMES[int(ahead[target.C_OP])]
+                self._wait_done(fn, blocked - 1, deadline, f"the answer to the large {what} to PE {pe} ahead of it",
+                                [pe])
+                continue
             oldest = int(self.ring[target.R_FREED])
             waiting_for = f"a free slot in the ucx engine's ring ({CAPACITY} outstanding)"
             if self.columns[target.C_DONE, oldest % CAPACITY] == oldest + 1:     # its thread has yet to look

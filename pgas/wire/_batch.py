@@ -25,27 +25,30 @@ from numba import njit
 from ..core._llvm import built_once
 from . import _native, _target as target, _ucp as ucp
 
-__all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "B_PARAMS", "GLOBAL_WORDS", "ROW_WORDS",
+__all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "B_PARAMS", "B_EAGER_PARAMS", "GLOBAL_WORDS",
+           "ROW_WORDS", "P_FENCE",
            "P_ENDPOINT", "new_batches", "batch_code"]
 
 BATCH = target.MAX_BATCH     # requests per message (16: 1 KiB of header)
 STALE_NS = 100_000           # the longest a request waits in a batch
-B_LOCK, B_SLEEPING, B_STAGED, B_PARAMS, B_FAILED, B_PEERS, B_CLOCK = range(7)
+B_LOCK, B_SLEEPING, B_STAGED, B_PARAMS, B_FAILED, B_PEERS, B_EAGER_PARAMS, B_CLOCK = range(8)
 GLOBAL_WORDS = B_CLOCK + 2          # the clock: a struct timespec the stagers read the time into
-P_ENDPOINT, P_COUNT, P_FIRST_NS = range(3)
-ROW_WORDS = 3 + BATCH * target.REQUEST_WORDS
+# a row: the endpoint, how many requests it holds, when the first came, the request whose
+# data may land after what follows (its ticket + 1; 0: none: ``pgas.transport._ucx.post``)
+P_ENDPOINT, P_COUNT, P_FIRST_NS, P_FENCE = range(4)
+P_REQUESTS = 4
+ROW_WORDS = P_REQUESTS + BATCH * target.REQUEST_WORDS
 
 
-def new_batches(endpoints: list[int], params_address: int) -> np.ndarray:
+def new_batches(endpoints: list[int], params_address: int, eager_params_address: int = 0) -> np.ndarray:
     """The batches of a requester whose peers' endpoints are ``endpoints`` (row i: peer i),
-    sent with the ``ucp_request_param_t`` at ``params_address`` (as all its requests)."""
+    sent with the ``ucp_request_param_t`` at ``params_address`` (as all its requests; those
+    whose data must go eagerly with the one at ``eager_params_address``)."""
     batches = np.zeros(GLOBAL_WORDS + ROW_WORDS * len(endpoints), np.int64)
-    batches[B_PARAMS], batches[B_PEERS] = params_address, len(endpoints)
+    batches[B_PARAMS], batches[B_EAGER_PARAMS], batches[B_PEERS] = params_address, eager_params_address, len(endpoints)
     for row, endpoint in enumerate(endpoints):
         batches[GLOBAL_WORDS + row * ROW_WORDS + P_ENDPOINT] = endpoint
     return batches
-
-
 
 
 @njit(nogil=True, cache=True)
@@ -74,7 +77,7 @@ def send_row(batches, row):
     count = batches[at + P_COUNT]
     if count == 0:
         return
-    request = _native.ucp_am_send_nbx(batches[at + P_ENDPOINT], target.AM_BATCH, batches.ctypes.data + 8 * (at + 3),
+    request = _native.ucp_am_send_nbx(batches[at + P_ENDPOINT], target.AM_BATCH, batches.ctypes.data + 8 * (at + P_REQUESTS),
                                       8 * target.REQUEST_WORDS * count, 0, 0, batches[B_PARAMS])
     if request > 0:
         _native.ucp_request_free(request)           # the header is copied; UCX completes the send
@@ -96,7 +99,7 @@ def stage(batches, row, header):
     if count == 0:
         batches[at + P_FIRST_NS] = now_ns(batches, B_CLOCK)     # (under the lock)
     for word in range(target.REQUEST_WORDS):
-        batches[at + 3 + count * target.REQUEST_WORDS + word] = header[word]
+        batches[at + P_REQUESTS + count * target.REQUEST_WORDS + word] = header[word]
     batches[at + P_COUNT] = count + 1
     batches[B_STAGED] += 1
     target.fence()              # the count before the look at the progress thread (it does the reverse)

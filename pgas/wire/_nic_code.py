@@ -35,25 +35,27 @@ from . import _native, _target as target, _ucp as ucp
 __all__ = ["MAX_QUEUES", "DEPTH", "TABLE_WORDS", "GLOBAL_WORDS", "drain", "ring", "drain_rung", "sleeping",
            "complete", "land", "progress_until", "callbacks", "symbols", "row_of"]
 
-MAX_QUEUES = 64
+MAX_QUEUES = 1024              # (the table's pages are touched only for queues in use)
 DEPTH = SQ_DEPTH
-# global words: the table's size, the worker, the parameters of rendezvous receives and of
-# requests, the table's own address, a receive's ticket, the send side's lock, queues in use
-# ... how many times CQEs were written, whether the progress thread is awake (it then
-# sends what a doorbell announces), whether a doorbell rang for it, the local keys in use
-G_WORDS, G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_SELF, G_PENDING, G_SEND_LOCK, G_QUEUES, G_COMPLETIONS, \
-    G_AWAKE, G_RUNG, G_KEYS_USED = range(12)
-G_HEADER = 12                                    # a request being sent
+# global words: the worker, the parameters of rendezvous receives, of requests, and of
+# requests whose data goes eagerly; a receive's ticket, the send side's lock, queues in use,
+# how many times CQEs were written, whether the progress thread is awake (it then sends
+# what a doorbell announces), whether a doorbell rang for it (or a fence was lifted)
+G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS, G_PENDING, G_SEND_LOCK, G_QUEUES, G_COMPLETIONS, \
+    G_AWAKE, G_RUNG = range(10)
+G_HEADER = 10                                    # a request being sent
 G_BATCH = G_HEADER + target.REQUEST_WORDS       # the requests being batched
 G_COUNT = G_BATCH + target.MAX_BATCH * target.REQUEST_WORDS    # how many
 GLOBAL_WORDS = G_COUNT + 1
 # a queue pair's row: its send queue, doorbell record, rung word (0: none), collapsed CQ,
 # error CQ, number, the endpoint to its peer, the next block to read, the first block not
 # complete, CQEs written (error CQEs, when collapsed), the completion lock, a word for
-# CQE bytes, whether the CQ is collapsed
+# CQE bytes, whether the CQ is collapsed, the WQE whose data may land after later requests
+# (its first block + 1; 0: none): nothing more is sent until it is done, then whether its
+# fence was lifted (the queue is to be looked at again)
 Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_READ, Q_DONE, Q_CQES, Q_DONE_LOCK, Q_SCRATCH, \
-    Q_COLLAPSED = range(13)
-QUEUE_WORDS = 13
+    Q_COLLAPSED, Q_FENCE, Q_LIFTED = range(15)
+QUEUE_WORDS = 15
 # a WQE in flight, at the block it starts: done mark (its first block + 1), syndrome,
 # local address, atomic size, the next WQE's first block, its WQE index (bits 0-15),
 # whether it is signalled (bit 16) and its byte count (from bit 17), inline bytes
@@ -143,9 +145,10 @@ def wire_request(opcode, size, inline, o0, o1, o2, o3):
 
 
 @njit(nogil=True, cache=True)
-def _registered(keys, used, lkey, address, nbytes):
-    """True when [address, address + nbytes) lies in the region of local key ``lkey``."""
-    for row in range(used):
+def _registered(keys, lkey, address, nbytes):
+    """True when [address, address + nbytes) lies in the region of local key ``lkey``
+    (``keys``: ``pgas.nic._regions.KeyTable.rows``)."""
+    for row in range(1, keys[0, 0] + 1):
         if keys[row, 0] == lkey and lkey != 0:
             return keys[row, 1] <= address and address - keys[row, 1] <= keys[row, 2] - nbytes
     return False
@@ -219,12 +222,21 @@ def land(table, ticket, syndrome, fetched):
         _native.memcpy(table[f + F_LADDR], table.ctypes.data + 8 * (f + F_DATA), size)
     _finish(table, q, start, syndrome)
     complete(table, q)
+    row = row_of(q)
+    if table[row + Q_FENCE] == start + 1:   # the data that could overtake has landed: send what waits
+        table[row + Q_FENCE] = 0
+        table[row + Q_LIFTED] = 1
+        table[G_RUNG] = 1
+        target.fence()
+        if table[G_AWAKE] == 0:
+            _native.ucp_worker_signal(table[G_WORKER])     # the progress thread sleeps: wake it
 
 
 @njit(nogil=True, cache=True)
 def _send(table, endpoint, am_id, header, header_bytes, data, nbytes):
-    """Send one message; False when UCX could not."""
-    request = _native.ucp_am_send_nbx(endpoint, am_id, header, header_bytes, data, nbytes, table[G_SEND_PARAMS])
+    """Send one message (its data eagerly up to ``target.EAGER_BYTES``); False when UCX could not."""
+    params = table[G_EAGER_PARAMS if nbytes <= target.EAGER_BYTES else G_SEND_PARAMS]
+    request = _native.ucp_am_send_nbx(endpoint, am_id, header, header_bytes, data, nbytes, params)
     if request > 0:     # UCX completes it; the header was copied, the data outlives it (the answer comes after)
         _native.ucp_request_free(request)
     return request >= 0
@@ -246,17 +258,19 @@ def _send_batch(table, q):
 
 @njit(nogil=True, cache=True)
 def drain(table, q, keys, wqes):
-    """Send every WQE posted to queue ``q`` since the last look (``keys``: the local keys,
-    ``table[G_KEYS_USED]`` rows of them; ``wqes``: room to decode a queue's worth). How
-    many WQEs it read."""
+    """Send every WQE posted to queue ``q`` since the last look (``keys``: the local keys;
+    ``wqes``: room to decode a queue's worth). How many WQEs it read."""
     row = row_of(q)
     _lock(table, G_SEND_LOCK)
+    table[row + Q_LIFTED] = 0
     if table[row + Q_RUNG] != 0:     # cleared before the doorbell record is read: a post after it rings again
         target.apply_atomic(target.AMO_SWAP, 8, table[row + Q_RUNG], 0, 0)
     producer = _be32(target.apply_atomic(target.AMO_FETCH, 4, table[row + Q_DBR], 0, 0)) & 0xFFFF
     read = table[row + Q_READ]
     blocks = (producer - read) & 0xFFFF
-    rows = decode_wqes(table[row + Q_SQ], DEPTH, read, blocks, wqes.ctypes.data) if blocks != 0 else 0
+    rows = 0
+    if blocks != 0 and table[row + Q_FENCE] == 0:     # (fenced: looked at again when the fence lifts)
+        rows = decode_wqes(table[row + Q_SQ], DEPTH, read, blocks, wqes.ctypes.data)
     for i in range(rows):
         w = wqes[i]
         start = read
@@ -268,7 +282,7 @@ def drain(table, q, keys, wqes):
         o2, o3 = np.int64(w.operands[2]), np.int64(w.operands[3])
         op, value, compare = wire_request(w.opcode, size, w.inline, np.int64(w.operands[0]), np.int64(w.operands[1]),
                                           o2, o3)
-        if op < 0 or not (w.inline or nbytes == 0 or _registered(keys, table[G_KEYS_USED], np.int64(w.lkey), laddr, nbytes)):
+        if op < 0 or not (w.inline or nbytes == 0 or _registered(keys, np.int64(w.lkey), laddr, nbytes)):
             _finish(table, q, start, _INVALID if op < 0 else _LOCAL_PROT)
             continue
         small = op != target.GET and op != target.PUT and nbytes <= 8
@@ -295,9 +309,15 @@ def drain(table, q, keys, wqes):
             _native.memcpy(data, inline, nbytes)
         elif op == target.PUT:
             data = laddr
+        large = nbytes > target.EAGER_BYTES     # its data may land after what follows: a fence
+        if large:
+            table[row + Q_FENCE] = start + 1
         if not _send(table, table[row + Q_ENDPOINT], target.AM_REQUEST, table.ctypes.data + 8 * G_HEADER,
                      8 * target.REQUEST_WORDS, data, nbytes if data != 0 else 0):
+            table[row + Q_FENCE] = 0
             _finish(table, q, start, _UNREACHED)
+        elif large:
+            break                       # the WQEs after it are read again when it is done
     _send_batch(table, q)
     table[row + Q_READ] = read
     _unlock(table, G_SEND_LOCK)
@@ -306,14 +326,13 @@ def drain(table, q, keys, wqes):
 
 
 @njit(cache=True)
-def ring(table, q, keys, used, wqes, waited):
-    """The doorbell of queue ``q`` (keys: ``used`` rows). While the progress thread is
+def ring(table, q, keys, wqes, waited):
+    """The doorbell of queue ``q``. While the progress thread is
     awake it sends what the doorbells announce, many WQEs of many threads to a message
     (the rung word already tells it); else, or when the ringing thread will wait for
     its WQE (``waited``: its answer should be on its way by then), this thread sends them
     now. Keeps the interpreter lock: a simulated device thread that let it go would wait
     to get it back."""
-    table[G_KEYS_USED] = used
     if table[G_AWAKE] != 0 and not waited:
         table[G_RUNG] = 1
         target.fence()              # the mark before the second look (the thread does the reverse)
@@ -324,14 +343,16 @@ def ring(table, q, keys, used, wqes, waited):
 
 @njit(nogil=True, cache=True)
 def drain_rung(table, keys, wqes):
-    """The progress thread: send what every rung queue's doorbell announced; True if any rang."""
+    """Send what every rung queue's doorbell announced, and what waited behind a fence
+    now lifted (the progress thread, and threads about to wait); True if any rang."""
     if table[G_RUNG] == 0:
         return False
     table[G_RUNG] = 0
     target.fence()
     for q in range(table[G_QUEUES]):
-        rung = table[row_of(q) + Q_RUNG]
-        if rung == 0 or target.apply_atomic(target.AMO_FETCH, 8, rung, 0, 0) != 0:
+        row = row_of(q)
+        rung = table[row + Q_RUNG]
+        if rung == 0 or table[row + Q_LIFTED] != 0 or target.apply_atomic(target.AMO_FETCH, 8, rung, 0, 0) != 0:
             drain(table, q, keys, wqes)
     return True
 
@@ -357,8 +378,8 @@ def progress_until(worker, table, keys, wqes, word, value, spins):
     to), then progress the worker until ``table[word] >= value``, at most ``spins`` rounds
     (yielding the core between empty ones); True when it got there. Keeps the interpreter
     lock, as the ucx engine's waits do (``_worker.progress_until``)."""
-    drain_rung(table, keys, wqes)
     for _ in range(spins):
+        drain_rung(table, keys, wqes)
         if table[word] >= value:
             return True
         if _native.ucp_worker_progress(worker) == 0:

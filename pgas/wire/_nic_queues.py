@@ -7,7 +7,7 @@ from ..core._errors import PgasError
 from ..core._waiting import precise_sleeps
 from ..nic import _mlx5 as mlx5
 from . import _batch as batch, _nic_code as code, _target as target, _ucp as ucp
-from ._nic_code import (G_COMPLETIONS, G_RECEIVE_PARAMS, G_SELF, G_SEND_PARAMS, G_WORDS, G_WORKER, G_QUEUES, DEPTH,
+from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_WORKER, G_QUEUES, DEPTH,
                         MAX_QUEUES, Q_CQ, Q_CQES, Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ, Q_QPN, Q_RUNG, Q_SQ,
                         TABLE_WORDS)
 from ._worker import Worker
@@ -24,8 +24,8 @@ class NicQueues:
     def __init__(self, nic, heap_region):
         from . import _cache as wire_cache
         from ._worker import serve
+        wire_cache.drop_if_stale((code.drain, code.ring, code.land, code.progress_until, serve))   # first
         on_answer, on_answers, on_get_received = code.callbacks()
-        wire_cache.drop_if_stale((code.drain, code.ring, code.land, code.progress_until, serve))
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.nic = nic
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
@@ -33,9 +33,11 @@ class NicQueues:
         self.table = np.zeros(TABLE_WORDS, np.int64)     # (untouched pages cost nothing)
         self._receive_params = ucp.request_params(0, on_get_received, self.table)
         self._send_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
-        self.table[[G_WORDS, G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_SELF]] = (
-            TABLE_WORDS, self.worker.handle, self._receive_params.ctypes.data, self._send_params.ctypes.data,
-            self.table.ctypes.data)
+        self._eager_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER
+                                                | ucp.AM_SEND_FLAG_EAGER)
+        self.table[[G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS]] = (
+            self.worker.handle, self._receive_params.ctypes.data, self._send_params.ctypes.data,
+            self._eager_params.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWER, on_answer, self.table.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWERS, on_answers, self.table.ctypes.data)
         self._wqes = np.zeros(DEPTH, mlx5.WQE_FIELDS)
@@ -60,7 +62,8 @@ class NicQueues:
             raise PgasError(f"the native NIC serves queue pairs of {DEPTH} blocks (this is a bug of pgas)")
         if self._queues == MAX_QUEUES:
             raise PgasError(f"the native NIC serves at most {MAX_QUEUES} queue pairs (peers on other nodes x "
-                            "communication contexts x paths); destroy contexts, or use PGAS_REMOTE_TRANSPORT=ucx")
+                            "communication contexts x paths); destroy contexts, or set PGAS_NIC_WIRE=mpi (the "
+                            "emulated NIC's thread) or PGAS_REMOTE_TRANSPORT=ucx")
         q, self._queues = self._queues, self._queues + 1
         address = lambda array: 0 if array is None else array.__array_interface__["data"][0]    # noqa: E731
         self.table[self._row(q) + np.array([Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_COLLAPSED])] = (
@@ -71,7 +74,7 @@ class NicQueues:
 
     def ring(self, q: int, waited: bool) -> None:
         """The doorbell of queue ``q``; ``waited``: the caller will wait for its WQE (``_nic_code.ring``)."""
-        code.ring(self.table, q, self.nic.keys.rows, self.nic.keys.used, self._wqes, waited)
+        code.ring(self.table, q, self.nic.keys.rows, self._wqes, waited)
 
     def cqes_written(self, q: int) -> int:
         """CQEs written to queue ``q``'s CQ so far (its error CQ's, when collapsed)."""

@@ -28,27 +28,34 @@ from ..nic import _mlx5 as mlx5
 from . import _native, _ucp as ucp
 
 __all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "AM_BATCH", "AM_ANSWERS", "MAX_BATCH",
-           "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "callbacks", "atomics", "serve_heap"]
+           "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "EAGER_BYTES", "callbacks", "atomics", "serve_heap"]
 
 AM_REQUEST, AM_ANSWER, AM_BATCH, AM_ANSWERS = 0x50, 0x51, 0x52, 0x53
 REQUEST_WORDS, ANSWER_WORDS = 10, 3
 MAX_BATCH = 16              # requests in one AM_BATCH (pgas.wire._batch)
 H_TICKET, H_OP, H_SIZE, H_RKEY, H_RADDR, H_NBYTES, H_VALUE, H_COMPARE, H_MASK, H_COMPARE_MASK = range(REQUEST_WORDS)
 REQUEST_USER_BYTES = 16      # a receive in flight: its ticket, and (target) the endpoint to answer on
-# The target's state (int64 words): the heap's base, size and rkey; the parameters of answers;
-# the state's own address; refusals it could not answer; the worker; the parameters of
-# rendezvous receives; an answer header being written; a receive's ticket and reply endpoint.
-T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_UNANSWERED, T_WORKER, T_RECEIVE_PARAMS = range(8)
-T_ANSWER = 8
+# Data of up to this many bytes travels eagerly, with its request or answer (UCX is told so),
+# and the target applies it before the requests behind it. Larger data may go by rendezvous,
+# which lands after them: whoever sends it sends nothing more to that PE until it has
+# landed (its answer has come), so requests to one PE stay applied in order.
+EAGER_BYTES = 64 << 10
+# The target's state (int64 words): the heap's base, size and rkey; the parameters of answers
+# (of small ones: eager); the state's own address; refusals it could not answer; the worker;
+# the parameters of rendezvous receives; an answer header being written; a receive's ticket
+# and reply endpoint.
+T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_UNANSWERED, T_WORKER, T_RECEIVE_PARAMS, T_EAGER_PARAMS = range(9)
+T_ANSWER = 9
 T_PENDING = T_ANSWER + ANSWER_WORDS
 T_ANSWERS = T_PENDING + 2           # a batch's answers being written
 TARGET_WORDS = T_ANSWERS + MAX_BATCH * ANSWER_WORDS
 # The requester's ring (int64 words): its capacity, worker, parameters of rendezvous receives,
-# its own address, a receive's ticket, the next ticket, the first slot not yet free; then one
+# its own address, a receive's ticket, the next ticket, the first slot not yet free, the
+# request a post found in its way (``pgas.transport._ucx.post``: its ticket + 1); then one
 # row per column: a slot's done mark (its ticket + 1), fetched value, syndrome, where a get's
 # data lands, its operation, whether a thread waits for it, its PE, remote address and bytes.
-R_CAPACITY, R_WORKER, R_RECEIVE_PARAMS, R_SELF, R_PENDING, R_NEXT, R_FREED = range(7)
-RING_HEADER = 7
+R_CAPACITY, R_WORKER, R_RECEIVE_PARAMS, R_SELF, R_PENDING, R_NEXT, R_FREED, R_BLOCKED = range(8)
+RING_HEADER = 8
 # (the requester's own columns: who waits for the slot, and what the request was, for errors)
 C_DONE, C_RESULT, C_SYNDROME, C_LADDR, C_OP, C_WAITED, C_PE, C_RADDR, C_NBYTES = range(9)
 COLUMNS = 9
@@ -146,7 +153,7 @@ def _answer(state, reply_ep, ticket, syndrome, fetched, data, length):
     """Send the answer to request ``ticket`` (with ``length`` bytes at ``data``)."""
     state[T_ANSWER], state[T_ANSWER + 1], state[T_ANSWER + 2] = ticket, syndrome, fetched
     request = _native.ucp_am_send_nbx(reply_ep, AM_ANSWER, state[T_SELF] + 8 * T_ANSWER, 8 * ANSWER_WORDS, data,
-                                      length, state[T_ANSWER_PARAMS])
+                                      length, state[T_EAGER_PARAMS if length <= EAGER_BYTES else T_ANSWER_PARAMS])
     if request > 0:
         _native.ucp_request_free(request)      # UCX completes it; the heap outlives it
     elif request < 0:
@@ -343,9 +350,11 @@ def serve_heap(worker, base: int, size: int, rkey: int) -> list:
     on_request, _, on_put_received, _, on_batch, _ = callbacks()
     state = np.zeros(TARGET_WORDS, np.int64)
     answer_params = ucp.request_params(ucp.AM_SEND_FLAG_COPY_HEADER)
+    eager_params = ucp.request_params(ucp.AM_SEND_FLAG_COPY_HEADER | ucp.AM_SEND_FLAG_EAGER)
     receive_params = ucp.request_params(0, on_put_received, state)
-    state[[T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_WORKER, T_RECEIVE_PARAMS]] = (
-        base, size, rkey, answer_params.ctypes.data, state.ctypes.data, worker.handle, receive_params.ctypes.data)
+    state[[T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_WORKER, T_RECEIVE_PARAMS, T_EAGER_PARAMS]] = (
+        base, size, rkey, answer_params.ctypes.data, state.ctypes.data, worker.handle, receive_params.ctypes.data,
+        eager_params.ctypes.data)
     worker.handle_messages(AM_REQUEST, on_request, state.ctypes.data)
     worker.handle_messages(AM_BATCH, on_batch, state.ctypes.data)
-    return [state, answer_params, receive_params]
+    return [state, answer_params, eager_params, receive_params]

@@ -38,7 +38,7 @@ ERR_HANDLING_MODE_NONE = 0
 
 OP_ATTR_FIELD_CALLBACK, OP_ATTR_FIELD_USER_DATA, OP_ATTR_FIELD_FLAGS = 1 << 1, 1 << 2, 1 << 4
 AM_FLAG_WHOLE_MSG = 1 << 0
-AM_SEND_FLAG_REPLY, AM_SEND_FLAG_COPY_HEADER = 1 << 0, 1 << 3
+AM_SEND_FLAG_REPLY, AM_SEND_FLAG_EAGER, AM_SEND_FLAG_COPY_HEADER = 1 << 0, 1 << 1, 1 << 3
 AM_RECV_ATTR_FIELD_REPLY_EP, AM_RECV_ATTR_FLAG_RNDV = 1 << 0, 1 << 17
 AM_HANDLER_PARAM_FIELDS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3)      # id, flags, cb, arg
 
@@ -106,7 +106,7 @@ _DECLARATIONS = {            # name: (result, arguments)
 
 _LIBC = {"poll": (_int, (_P, _P, _int)), "memcpy": (_P, (_P, _P, _P)), "sched_yield": (_int, ()),
          "clock_gettime": (_int, (_int, _P)), "nanosleep": (_int, (_P, _P))}
-_NATIVE = ("ucp_worker_progress", "ucp_worker_arm", "ucp_am_send_nbx", "ucp_am_recv_data_nbx", "ucp_request_free",
+_NATIVE = ("ucp_worker_progress", "ucp_worker_arm", "ucp_worker_signal", "ucp_am_send_nbx", "ucp_am_recv_data_nbx", "ucp_request_free",
            *_LIBC)     # what native code calls
 
 

@@ -51,14 +51,12 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
     last = batch.now_ns(timespec)
     nic_code.sleeping(doorbells, False)
     while state[_STOP] == 0:
-        if _native.ucp_worker_progress(worker) != 0:
+        progressed = _native.ucp_worker_progress(worker) != 0
+        if nic_code.drain_rung(doorbells, keys, wqes) or progressed:   # (doorbells even while busy)
             last = batch.now_ns(timespec)
             continue
         if state[_STOP] != 0:
             break
-        if nic_code.drain_rung(doorbells, keys, wqes):
-            last = batch.now_ns(timespec)
-            continue
         if batches[B_STAGED] != 0:      # sleep until the oldest batch is stale, then send it
             wait = batch.flush_stale(batches, batch.now_ns(timespec))
             if wait > 0:
