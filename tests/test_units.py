@@ -138,3 +138,40 @@ def test_the_wire_cache_is_dropped_when_its_sources_change(tmp_path, monkeypatch
     monkeypatch.setattr(_cache, "_digest", lambda: "edited again")
     _cache.drop_if_stale([dispatcher("_mpi")])
     assert not (tmp_path / files[2]).exists()
+
+
+def test_registrations_of_local_buffers_are_kept_for_the_next_call_and_never_dropped_in_use():
+    """A host put from a numpy array registers its bytes once (``RecentRegistrations``): the
+    next call on the same bytes finds the key; beyond KEPT the least recently used idle
+    one is deregistered, never one a request in flight still uses; close drops them all."""
+    import numpy as np
+
+    from pgas.transport import _registrations
+    from pgas.nic._nic import Nic
+
+    class FakeNic:
+        def __init__(self):
+            self.live, self.keys = {}, iter(range(1, 10_000))
+
+        def register(self, view, access):
+            region = type("Region", (), {"lkey": next(self.keys)})()
+            self.live[region.lkey] = view.size
+            return region
+
+        def deregister(self, region):
+            del self.live[region.lkey]
+
+    assert hasattr(Nic, "register") and hasattr(Nic, "deregister")     # the interface faked here
+    nic = FakeNic()
+    recent = _registrations.RecentRegistrations(nic)
+    buffers = [np.zeros(4 + i, np.uint8) for i in range(_registrations.KEPT + 10)]
+    first_key, in_use = recent.acquire(buffers[0].ctypes.data, buffers[0].nbytes)      # held: a request in flight
+    again_key, again = recent.acquire(buffers[0].ctypes.data, buffers[0].nbytes)
+    assert again_key == first_key and len(nic.live) == 1                                 # found, not registered again
+    recent.release(again)
+    for b in buffers[1:]:
+        recent.release(recent.acquire(b.ctypes.data, b.nbytes)[1])
+    assert len(nic.live) == _registrations.KEPT and first_key in nic.live               # trimmed, but not the held one
+    recent.release(in_use)
+    recent.close()
+    assert not nic.live

@@ -10,7 +10,6 @@ ask which path is taken.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import sys
 import threading
@@ -24,9 +23,10 @@ from ..core._env import setting
 from ..core._errors import PgasError, PgasTimeoutError
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
-from ..nic._regions import ACCESS_LOCAL, ACCESS_REMOTE
+from ..nic._regions import ACCESS_REMOTE
 from . import _proxy as proxy
 from ._ibgda import Ibgda
+from ._registrations import RecentRegistrations
 from ._ucx import Ucx
 from ..wire._nic_queues import NicQueues
 from ..wire import _ucp as ucp
@@ -57,6 +57,7 @@ class Transports:
         self._fetches_lock = threading.Lock()
         self.registered: dict[int, tuple] = {}   # register_buffer: address -> (nbytes, array, region or None)
         self.nic = Nic(boot.comm, boot.my_pe, on_nic_failure)
+        self.recent = RecentRegistrations(self.nic)     # local buffers' registrations, kept
         self.native_nic = False          # the NIC's WQEs executed by native code over UCX (below)
         self.native = None               # ... by this NicQueues, made on first use
         if heap.device_arrays:
@@ -149,6 +150,7 @@ class Transports:
             self.native.close()
             self.native = None
         if self.nic is not None:
+            self.recent.close()
             self.nic.deregister(self.heap_region)
             for _, _, region in self.registered.values():   # left registered: dropped with the NIC
                 if region is not None:
@@ -182,10 +184,10 @@ class Transports:
         return self.nic.remote[pe].base + self.heap.offset_of(local, fn, what)
 
     def _local_key(self, data: np.ndarray):
-        """(lkey, temporary region or None) for the local bytes of flat ``data`` (maybe
+        """(lkey, temporary registration or None) for the local bytes of flat ``data`` (maybe
         strided) that the NIC reads or writes: the heap's own key, that of a buffer the user
-        registered (``pgas.register_buffer``), or a registration of just their span while
-        the request lasts."""
+        registered (``pgas.register_buffer``), or a registration of just their span, used
+        while the request lasts (``self.recent.release`` it then) and kept for the next."""
         address = data.__array_interface__["data"][0]
         span = (data.size - 1) * data.strides[0] + data.itemsize if data.size else 0
         if self.heap_region.slice(address, span) is not None:
@@ -193,9 +195,7 @@ class Transports:
         for _, _, region in self.registered.values():     # buffers the user registered
             if region is not None and region.slice(address, span) is not None:
                 return region.lkey, None
-        region = self.nic.register(np.ctypeslib.as_array((ctypes.c_uint8 * span).from_address(address)),
-                                   ACCESS_LOCAL)
-        return region.lkey, region
+        return self.recent.acquire(address, span)
 
     # Contiguous and strided copies ------------------------------------------------------
 
@@ -258,7 +258,7 @@ class Transports:
                 self.engine.raise_failures(fn)
             finally:
                 if temporary is not None:
-                    self.nic.deregister(temporary)
+                    self.recent.release(temporary)
 
     @staticmethod
     def _wait_each(fn: str, requests: list, on_answer=None) -> None:
@@ -293,12 +293,24 @@ class Transports:
     def fast_copy(self, pe: int, offset: int, local: np.ndarray, to_peer: bool) -> bool:
         """The small-call fast path (``DirectCopies``) to PE ``pe`` on another node: contiguous
         ``local`` into (``to_peer``) or out of PE ``pe``'s heap at ``offset``, complete on
-        return, when its engine has a blocking copy of its own (ucx); else False."""
-        if self.kinds[pe] != "ucx" or local.nbytes > mlx5.MAX_MESSAGE:
+        return: one request (ucx: the engine's blocking copy; the NIC's paths: its local
+        bytes' kept registration); else False."""
+        kind = self.kinds[pe]
+        if kind not in REMOTE_TRANSPORTS or local.nbytes > mlx5.MAX_MESSAGE:
             return False
         fn = "pgas.put" if to_peer else "pgas.get"
-        self.engine.copy_now(fn, pe, self.nic.remote[pe].base + offset, local.__array_interface__["data"][0],
-                             local.nbytes, to_peer)
+        raddr, laddr = self.nic.remote[pe].base + offset, local.__array_interface__["data"][0]
+        if kind == "ucx":
+            self.engine.copy_now(fn, pe, raddr, laddr, local.nbytes, to_peer)
+            return True
+        lkey, temporary = self._local_key(local)
+        try:
+            self.engine.wait(fn, self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe, raddr, laddr=laddr,
+                                                    lkey=lkey, nbytes=local.nbytes))
+            self.engine.raise_failures(fn)
+        finally:
+            if temporary is not None:
+                self.recent.release(temporary)
         return True
 
     def read(self, fn: str, pe: int, local: np.ndarray, what: str) -> np.ndarray:

@@ -155,15 +155,15 @@ def check_host_rma_errors_and_nvshmem4py_keywords():
 
 def check_small_put_get_fast_path_is_taken_and_keeps_the_checks():
     """put/get between plain arrays go through the cached fast path (simulator, PEs mapped
-    here or reached through the ucx engine); everything it does not take gets the general
-    path's results and errors."""
+    here or reached through a remote engine: one blocking request); everything it does not
+    take gets the general path's results and errors."""
     from pgas.runtime._state import runtime
     me, n, right, left = ring_neighbours()
     direct = runtime("test").direct
-    taken = pgas.info()["transports"][right] in ("self", "p2p", "ucx")
+    taken = pgas.info()["transports"][right] in ("self", "p2p", "ucx", "ibgda", "proxy")
     dest = pgas.zeros(16, np.int64)
     grid = pgas.zeros((2, 3), np.int64)
-    if direct is not None:      # the simulator: taken exactly where the peer is mapped here, or ucx
+    if direct is not None:      # the simulator: taken wherever the peer is reached
         assert direct.put(dest[4:8], np.arange(4, dtype=np.int64), right) is taken
         assert direct.get(np.zeros(4, np.int64), dest, right) is taken
         assert not direct.put(dest, np.zeros(4, np.int32), right)          # dtype differs
@@ -374,14 +374,15 @@ def check_pe_quiet_leaves_operations_to_other_pes_in_flight():
 
 
 def _nic_key_of(local: np.ndarray):
-    """(lkey, temporary region) the transports would use for ``local`` as a NIC request's local side."""
+    """(lkey, temporary registration or None) the transports would use for ``local`` as a
+    NIC request's local side."""
     from pgas.runtime._state import runtime
     return runtime("test").transports._local_key(local.ravel(order="K"))
 
 
-def _drop(region) -> None:
+def _drop(temporary) -> None:
     from pgas.runtime._state import runtime
-    runtime("test").transports.nic.deregister(region)
+    runtime("test").transports.recent.release(temporary)
 
 
 def check_registered_buffers_are_the_local_side_of_rma():
