@@ -30,6 +30,7 @@ from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
 from ..wire._nic_queues import NicQueues
+from ..wire._worker import WAIT_MAX_PAUSE_S, WAIT_SPINS
 from . import _ibgda_code as code
 from ._ibgda_ir import AMO_ADD, GET, OP_NAMES, PUT, PUT_INLINE, atomic_segments
 from ._lanes import Lanes
@@ -37,8 +38,6 @@ from ._lanes import Lanes
 __all__ = ["Ibgda", "DeviceQueue"]
 
 _WAIT_BACKOFF_S = 100e-6     # longest sleep of a thread polling a completion queue
-_SPINS = 20                  # native NIC: rounds of progress (each yields the core when idle) before a sleep
-_NATIVE_PAUSE_S = 1e-3       # native NIC: the longest sleep between them
 _OPCODE = {PUT: mlx5.OP_RDMA_WRITE, PUT_INLINE: mlx5.OP_RDMA_WRITE, GET: mlx5.OP_RDMA_READ}
 _KIND = {PUT: code.KIND_DATA, PUT_INLINE: code.KIND_INLINE, GET: code.KIND_DATA}
 
@@ -95,8 +94,6 @@ class Ibgda:
         self._sleeper_ids = itertools.count()
         self.lanes = Lanes(self._new_queues(0), lambda: self._new_queues(len(self.lanes)))   # queues to every peer
         self.queues = self.lanes[0]
-        if native is not None:
-            self._wire_up()
 
     def _new_queues(self, lane: int) -> dict[int, DeviceQueue]:
         if self.native is not None:
@@ -107,12 +104,6 @@ class Ibgda:
         for queue in queues.values():
             queue.qp.on_completion = functools.partial(self._completed, queue)
         return queues
-
-    def _wire_up(self) -> None:
-        """Connect the native NIC's endpoints now, while every PE progresses (collective:
-        an empty read from each peer), as the ucx engine does."""
-        for pe in self.nic.peers:
-            self.wait("pgas.init", self.submit("pgas.init", GET, pe, self.nic.remote[pe].base))
 
     def _all_queues(self) -> list[DeviceQueue]:
         return [queue for queues in self.lanes for queue in queues.values()]
@@ -195,9 +186,9 @@ class Ibgda:
             pause = [0.0]
 
             def block(seconds):
-                if not queue.native.progress_until(queue.row, floor, _SPINS):
+                if not queue.native.progress_until(queue.row, floor, WAIT_SPINS):
                     time.sleep(min(pause[0], seconds))
-                    pause[0] = min(pause[0] * 2 + 10e-6, _NATIVE_PAUSE_S)
+                    pause[0] = min(pause[0] * 2 + 10e-6, WAIT_MAX_PAUSE_S)
             sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block, lambda: [queue.peer])
             return
 

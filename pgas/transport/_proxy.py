@@ -28,6 +28,7 @@ from ._ibgda_ir import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, 
                         atomic_segments)
 from ._lanes import Lanes
 from ..wire._nic_queues import NicQueues
+from ..wire._worker import WAIT_MAX_PAUSE_S, WAIT_SPINS
 
 __all__ = ["Proxy", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR",
            "AMO_XOR", "AMO_FETCH", "OP_NAMES", "REQUEST", "atomic_wqe"]
@@ -39,8 +40,6 @@ REQUEST = np.dtype([("ticket", "u8"), ("state", "u1"), ("op", "u1"), ("size", "u
 _FREE, _READY, _POSTED, _DONE = range(4)
 _MAX_PAUSE_S = 2e-3
 _WAIT_BACKOFF_S = 100e-6    # longest sleep of a requester waiting for the NIC
-_SPINS = 20                 # native NIC: rounds of progress (each yields the core when idle) before a sleep
-_NATIVE_PAUSE_S = 1e-3      # native NIC: the longest sleep between them
 
 
 class Proxy:
@@ -72,8 +71,6 @@ class Proxy:
         self._running = True
         self._thread = threading.Thread(target=self._serve, name=f"pgas-proxy-pe{nic.my_pe}", daemon=True)
         self._thread.start()
-        if native is not None:
-            self._wire_up()
 
     def _new_qps(self, lane: int) -> dict:
         """A queue pair to each peer, known to the proxy thread (made one lane at a time)."""
@@ -87,12 +84,6 @@ class Proxy:
                 self._rows[qp.qpn] = self.native.add(qp, endpoints[peer])
         self._all_qps = self._all_qps + tuple(qps.values())
         return qps
-
-    def _wire_up(self) -> None:
-        """Connect the native NIC's endpoints now, while every PE progresses (collective:
-        an empty read from each peer), as the ucx engine does."""
-        for pe in self.nic.peers:
-            self.wait("pgas.init", self.submit("pgas.init", GET, pe, self.nic.remote[pe].base))
 
     def close(self) -> None:
         self._running = False
@@ -205,8 +196,8 @@ class Proxy:
                 elif self.native is not None:
                     # the native NIC writes CQEs without waking anyone: progress its worker
                     # (the answers' handlers run), then back off
-                    if not self.native.progress_until(-1, seen + 1, _SPINS):
-                        pause = min(pause * 2 + 1e-5, _NATIVE_PAUSE_S)
+                    if not self.native.progress_until(-1, seen + 1, WAIT_SPINS):
+                        pause = min(pause * 2 + 1e-5, WAIT_MAX_PAUSE_S)
                         self._wake.wait(pause)
                 else:
                     pause = min(pause * 2 + 1e-5, _MAX_PAUSE_S)

@@ -102,7 +102,7 @@ class Transports:
         if name == "ibgda" and name not in self.engines:
             native = self._native_nic()
             try:
-                self.engines[name] = Ibgda(self.nic, self.timeout, native)
+                self.engines[name] = self._connected(Ibgda(self.nic, self.timeout, native), native is not None)
             except PgasError:
                 raise                   # (a RuntimeError too, but not the llvmlite failure below)
             except (ImportError, OSError, RuntimeError) as e:     # llvmlite cannot compile its code here
@@ -111,17 +111,28 @@ class Transports:
                 name = "proxy"
         if name == "ucx" and name not in self.engines:
             try:
-                self.engines[name] = Ucx(self.nic, self.heap_region, self.timeout)
+                self.engines[name] = self._connected(Ucx(self.nic, self.heap_region, self.timeout), True)
             except PgasError as e:      # no UCX in this MPI
                 sys.stderr.write(f"pgas (PE {self.my_pe}): the ucx engine cannot be set up here ({e}); "
                                  f"using the CPU proxy for PEs on other nodes\n")
                 name = "proxy"
         if name == "proxy" and name not in self.engines:
-            self.engines[name] = proxy.Proxy(self.nic, self.timeout, self._native_nic())
+            native = self._native_nic()
+            self.engines[name] = self._connected(proxy.Proxy(self.nic, self.timeout, native), native is not None)
         self.engine = self.engines[name]
         self.remote_transport = name
         for pe in self.remote:
             self.kinds[pe] = name
+
+    def _connected(self, engine, over_ucx: bool):
+        """``engine``, its UCX endpoints (``over_ucx``: the ucx engine's, or the native NIC's)
+        connected now while every PE progresses (collective: an empty get from each peer).
+        UCX connects an endpoint at its first message, which needs the peer to progress;
+        left to a sleeping peer's first wake-up it could take long."""
+        if over_ucx:
+            for pe in self.nic.peers:
+                engine.wait("pgas.init", engine.submit("pgas.init", proxy.GET, pe, self.nic.remote[pe].base))
+        return engine
 
     def _ucx_for_the_nic(self) -> bool:
         """True when UCX loads; else says once why the NIC's thread and MPI carry the WQEs."""

@@ -28,16 +28,13 @@ from ..nic._nic import Nic
 from ..core._waiting import before_waiting
 from ..wire import _batch as batch, _native, _target as target, _ucp as ucp
 from ..wire import _cache as wire_cache, _worker as worker_loops
-from ..wire._worker import Worker
+from ..wire._worker import WAIT_MAX_PAUSE_S, WAIT_SPINS, Worker
 from ._ibgda_ir import OP_NAMES
 from ._lanes import Lanes
 
 __all__ = ["Ucx"]
 
 CAPACITY = 1024
-_SPINS = 20             # progress rounds (each yields the core when idle) before sleeping: few, since a
-                        # waiter holds the interpreter lock meanwhile (the other simulated threads wait)
-_MAX_PAUSE_S = 1e-3     # the longest sleep of a waiter between rounds of progress
 _MASK = (1 << 64) - 1
 
 
@@ -196,15 +193,7 @@ class Ucx:
         self.lanes = Lanes(self.batches, self._new_endpoints)
         before_waiting.append(self.flush)
         self.worker.start(self.batches)
-        self._wire_up()
         self._compile_now()
-
-    def _wire_up(self) -> None:
-        """Connect every endpoint now, while every PE progresses (collective: an empty get
-        from each peer). UCX connects an endpoint at its first message, which needs the
-        peer to progress; left to a sleeping peer's first wake-up it could take long."""
-        for pe in self.nic.peers:
-            self.wait("pgas.init", self.submit("pgas.init", target.GET, pe, self.nic.remote[pe].base))
 
     def _compile_now(self) -> None:
         """Compile the native calls that the first request did not (numba compiles on
@@ -293,11 +282,11 @@ class Ucx:
         slot = ticket % CAPACITY
         mark = self.columns[target.C_DONE, slot:slot + 1]
         handle = self.worker.handle
-        if self.worker.progress_until(handle, mark, ticket + 1, _SPINS):
+        if self.worker.progress_until(handle, mark, ticket + 1, WAIT_SPINS):
             return
         heartbeat = _job.Heartbeat(fn, time.monotonic(), lambda: pes)
         pause = 0.0
-        while not self.worker.progress_until(handle, mark, ticket + 1, _SPINS):
+        while not self.worker.progress_until(handle, mark, ticket + 1, WAIT_SPINS):
             now = time.monotonic()
             if now > deadline:
                 raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for}")
@@ -306,7 +295,7 @@ class Ucx:
             # a back-off, not the worker's event descriptor: that one belongs to the progress
             # thread (two threads arming it lost wake-ups between hosts)
             time.sleep(pause)
-            pause = min(pause * 2 + 10e-6, _MAX_PAUSE_S)
+            pause = min(pause * 2 + 10e-6, WAIT_MAX_PAUSE_S)
 
     def wait(self, fn: str, ticket: int) -> int:
         """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""

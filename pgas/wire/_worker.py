@@ -23,12 +23,18 @@ from ..nic import _mlx5 as mlx5
 from . import _batch as batch, _native, _nic_code as nic_code, _target as target, _ucp as ucp
 from ._batch import B_SLEEPING, B_STAGED
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "WAIT_SPINS", "WAIT_MAX_PAUSE_S"]
 
 _STOP, _EFD, _WORKER = 0, 1, 2      # words of the progress thread's state
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
 _HOT_NS = 100_000                    # how long the thread keeps looking after a message
 _CLOSE_PAUSE_S, _CLOSE_WAIT_S = 1e-4, 10.0
+# How a thread waiting for an answer waits (the ucx engine's and the native NIC's): rounds of
+# progress (``progress_until``, each yielding the core when idle) before it sleeps: few, since
+# a waiter holds the interpreter lock meanwhile (the other simulated threads wait); then
+# sleeps growing to WAIT_MAX_PAUSE_S between rounds.
+WAIT_SPINS = 20
+WAIT_MAX_PAUSE_S = 1e-3
 
 
 @njit(nogil=True, cache=True)
