@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MemoryRegion", "DeviceSpan", "RemoteRegion", "KeyTable", "ACCESS_LOCAL", "ACCESS_REMOTE", "ACCESS_LOCAL_WRITE",
-           "ACCESS_REMOTE_WRITE", "ACCESS_REMOTE_READ", "ACCESS_REMOTE_ATOMIC", "read_local", "write_local",
-           "as_word"]
+__all__ = ["MemoryRegion", "DeviceSpan", "RemoteRegion", "KeyTable", "ACCESS_LOCAL", "ACCESS_REMOTE",
+           "ACCESS_LOCAL_WRITE", "ACCESS_REMOTE_WRITE", "ACCESS_REMOTE_READ", "ACCESS_REMOTE_ATOMIC", "read_local",
+           "write_local", "as_word"]
 
 ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_ATOMIC = 1, 2, 4, 8
 ACCESS_LOCAL = ACCESS_LOCAL_WRITE

@@ -8,9 +8,10 @@ that fit) is one copy: a ``memmove`` (cffi's) to or from the peer's mapping at t
 symmetric array's heap offset, which is cached by array object; when the same object comes
 again with up to 1 MiB, a numpy assignment into a view of the peer's copy (made once, kept
 with the offset), which costs less than the ``memmove`` call. To a PE on another node the
-same call goes to ``remote`` (one blocking request of the remote engine, ``Transports.fast_copy``),
-skipping the same checks. Anything else returns False and takes the general path, which checks everything and raises the errors: this module
-never decides an error, it only skips work.
+same call goes to ``remote`` (one blocking request of the remote engine,
+``Transports.fast_copy``), skipping the same checks. Anything else returns False and takes
+the general path, which checks everything and raises the errors: this module never
+decides an error, it only skips work.
 """
 from __future__ import annotations
 

@@ -26,8 +26,7 @@ from ..core._llvm import built_once
 from . import _native, _target as target, _ucp as ucp
 
 __all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "B_PARAMS", "B_EAGER_PARAMS", "GLOBAL_WORDS",
-           "ROW_WORDS", "P_FENCE",
-           "P_ENDPOINT", "new_batches", "batch_code"]
+           "ROW_WORDS", "P_ENDPOINT", "P_FENCE", "new_batches", "batch_code"]
 
 BATCH = target.MAX_BATCH     # requests per message (16: 1 KiB of header)
 STALE_NS = 100_000           # the longest a request waits in a batch
@@ -77,8 +76,9 @@ def send_row(batches, row):
     count = batches[at + P_COUNT]
     if count == 0:
         return
-    request = _native.ucp_am_send_nbx(batches[at + P_ENDPOINT], target.AM_BATCH, batches.ctypes.data + 8 * (at + P_REQUESTS),
-                                      8 * target.REQUEST_WORDS * count, 0, 0, batches[B_PARAMS])
+    request = _native.ucp_am_send_nbx(batches[at + P_ENDPOINT], target.AM_BATCH,
+                                      batches.ctypes.data + 8 * (at + P_REQUESTS), 8 * target.REQUEST_WORDS * count,
+                                      0, 0, batches[B_PARAMS])
     if request > 0:
         _native.ucp_request_free(request)           # the header is copied; UCX completes the send
     elif request < 0:

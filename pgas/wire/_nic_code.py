@@ -1,7 +1,8 @@
-"""The emulated NIC's work for the GPU-initiated path's queue pairs, in native code over UCX.
+"""The emulated NIC's work for the queue pairs of the GPU-initiated path and the proxy, in
+native code over UCX.
 
-A device thread writes mlx5 WQEs into a queue pair's send queue and rings (``pgas.transport
-._ibgda``). Here the doorbell's work is one numba call with no Python inside: read the
+A device thread (``pgas.transport._ibgda``) or the proxy thread writes mlx5 WQEs into a
+queue pair's send queue and rings. Here the doorbell's work is one numba call with no Python inside: read the
 WQEs the doorbell record announces (the NIC's compiled decoder, ``pgas.nic._wqe_code``),
 check each one's local key and range (``KeyTable``: a WQE naming memory nobody registered
 is refused, nothing sent), turn it into the wire's request (``pgas.wire._target``: the
@@ -10,9 +11,10 @@ and send it; small ones (inline writes of up to 8 bytes, atomics) go 16 to one m
 The answers land in native handlers that run wherever the worker is progressed (its
 progress thread, or a waiting thread): a read's data at its local address, a fetched
 value in network byte order at its cell, as ConnectX writes them; then, in WQE order,
-an error CQE for each refused WQE and the collapsed CQE with the newest completed WQE's
-index, so the queue's own protocol (``ibgda_progress``) reads completions as from the
-emulated NIC's thread. No Python thread stands between a device thread and the wire.
+the CQEs (collapsed: an error CQE for each refused WQE and the one CQE with the newest
+completed WQE's index; else one per signalled or refused WQE), so the queue's readers
+(``ibgda_progress``, the proxy's CQ poll) read completions as from the emulated NIC's
+thread. No Python thread stands between a device thread and the wire.
 
 The table (one int64 array) holds the global words, a row per queue pair (its queues'
 addresses, the endpoint to its peer, how far the NIC has read and completed), and a

@@ -28,7 +28,8 @@ from ..nic import _mlx5 as mlx5
 from . import _native, _ucp as ucp
 
 __all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "AM_BATCH", "AM_ANSWERS", "MAX_BATCH",
-           "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "EAGER_BYTES", "callbacks", "atomics", "serve_heap"]
+           "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "EAGER_BYTES", "callbacks", "atomics",
+           "serve_heap"]
 
 AM_REQUEST, AM_ANSWER, AM_BATCH, AM_ANSWERS = 0x50, 0x51, 0x52, 0x53
 REQUEST_WORDS, ANSWER_WORDS = 10, 3

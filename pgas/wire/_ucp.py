@@ -23,7 +23,8 @@ import sys
 
 from ..core._errors import PgasError
 
-__all__ = ["load", "loads", "natives", "libc", "register_symbol", "request_params", "UCS_OK", "UCS_INPROGRESS", "UCS_ERR_BUSY"]
+__all__ = ["load", "loads", "natives", "libc", "register_symbol", "request_params", "UCS_OK", "UCS_INPROGRESS",
+           "UCS_ERR_BUSY"]
 
 API_MAJOR, API_MINOR = 1, 12        # the oldest API whose structs hold every field set here
 
@@ -106,8 +107,8 @@ _DECLARATIONS = {            # name: (result, arguments)
 
 _LIBC = {"poll": (_int, (_P, _P, _int)), "memcpy": (_P, (_P, _P, _P)), "sched_yield": (_int, ()),
          "clock_gettime": (_int, (_int, _P)), "nanosleep": (_int, (_P, _P))}
-_NATIVE = ("ucp_worker_progress", "ucp_worker_arm", "ucp_worker_signal", "ucp_am_send_nbx", "ucp_am_recv_data_nbx", "ucp_request_free",
-           *_LIBC)     # what native code calls
+_NATIVE = ("ucp_worker_progress", "ucp_worker_arm", "ucp_worker_signal", "ucp_am_send_nbx", "ucp_am_recv_data_nbx",
+           "ucp_request_free", *_LIBC)     # what native code calls
 
 
 def register_symbol(name: str, address: int) -> None:
