@@ -151,10 +151,16 @@ import numpy as np
 import pgas
 pgas.init()
 src, dest = pgas.zeros(4, np.float32), pgas.zeros(8, np.float32)
-if pgas.my_pe() == 0:
-    pgas.fcollect(pgas.TEAM_WORLD, dest, src)
-else:
-    pgas.reduce(pgas.TEAM_WORLD, dest[:4], src)
+def call():
+    if pgas.my_pe() == 0:
+        pgas.fcollect(pgas.TEAM_WORLD, dest, src)
+    else:
+        pgas.reduce(pgas.TEAM_WORLD, dest[:4], src)
+try:
+    call()
+except pgas.PgasTimeoutError as error:
+    print(error, flush=True)
+call()          # its requests may still be active: it must not start them again
 pgas.finalize()
 """
 
@@ -162,13 +168,14 @@ pgas.finalize()
 def test_small_collectives_that_differ_across_nodes_time_out_naming_the_call(tmp_path, clean_shm):
     # Across nodes they are one exchange of MPI messages (host/_mpi_exchange.py), a tag per
     # collective: with one tag for all, these two calls would match each other's messages
-    # and both return wrong data.
+    # and both return wrong data. A call that timed out refuses to run again.
     proc = run_script(tmp_path, 2, DIFFERENT_COLLECTIVES, options=["--pes-per-node", "1"], env={"PGAS_TIMEOUT": "3"})
     assert proc.returncode == 1, proc.stderr
     assert ("pgas.fcollect: waited PGAS_TIMEOUT=3 s for the other members of the team (PEs [1]) to make the same "
             "call") in proc.stdout + proc.stderr, proc.stderr
     assert ("pgas.reduce: waited PGAS_TIMEOUT=3 s for the other members of the team (PEs [0]) to make the same "
             "call") in proc.stdout + proc.stderr, proc.stderr
+    assert "this call cannot run again" in proc.stdout + proc.stderr, proc.stderr
 
 
 STRESS = """

@@ -57,11 +57,21 @@ def _module_text(name: str, dtype: np.dtype, op: str) -> str:
     def source(index):
         return builder.inttoptr(builder.load(builder.gep(sources, [index])), element.as_pointer())
 
-    first = source(i64(0))
-    with cgutils.for_range(builder, count) as loop:
-        builder.store(builder.load(builder.gep(first, [loop.index])), builder.gep(out, [loop.index]))
     code, numba_type = reduce_code(op), from_dtype(dtype)
-    with cgutils.for_range(builder, n, start=i64(1)) as member:
+    first = source(i64(0))
+    # out = b0 op b1 in one pass (one pass fewer over out than copying b0 first: large
+    # folds are bound by memory), then op each later member's in; out = b0 when n is 1
+    with builder.if_else(builder.icmp_signed("<", n, i64(2))) as (alone, several):
+        with alone:
+            with cgutils.for_range(builder, count) as loop:
+                builder.store(builder.load(builder.gep(first, [loop.index])), builder.gep(out, [loop.index]))
+        with several:
+            second = source(i64(1))
+            with cgutils.for_range(builder, count) as loop:
+                value = combine(builder, code, numba_type, builder.load(builder.gep(first, [loop.index])),
+                                builder.load(builder.gep(second, [loop.index])))
+                builder.store(value, builder.gep(out, [loop.index]))
+    with cgutils.for_range(builder, n, start=i64(2)) as member:
         theirs = source(member.index)
         with cgutils.for_range(builder, count) as loop:
             target = builder.gep(out, [loop.index])

@@ -57,7 +57,7 @@ def reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: 
     comm = call.team.comm
 
     if _exchanged(call, s.nbytes):
-        return _exchange_reduce_runner(call, d, s, op, ufunc)
+        return _exchange_reduce_runner(call, d, s, op, ufunc, in_place)
     if d.dtype in _INTEGERS:
         mpi_op = getattr(MPI, _MPI_OPS[op])
         source = MPI.IN_PLACE if in_place else s
@@ -77,33 +77,38 @@ def reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: 
 
 def _exchanged(call, nbytes: int) -> bool:
     """True when a call moving ``nbytes`` per member runs as one exchange of messages
-    (``_mpi_exchange``): few members, small arrays."""
-    return call.n <= exchange.MEMBERS and nbytes <= exchange.BYTES
+    (``_mpi_exchange``): few members and small arrays, or two members whatever the size
+    (each member's array to the other is all any algorithm can do there; MPI's calls add
+    their schedules: docs/collectives.md)."""
+    return call.n == 2 or (call.n <= exchange.MEMBERS and nbytes <= exchange.BYTES)
 
 
 def _others(call) -> list:
     return [rank for rank in range(call.n) if rank != call.me]
 
 
-def _exchange_reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc):
+def _exchange_reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: bool):
     """Every member's ``s`` to every member, then each folds them in rank order (numpy's
-    bits on every member, for every dtype)."""
+    bits on every member, for every dtype). The fold reads this member's own row from
+    ``s`` itself, unless ``d`` is ``s`` (``in_place``): then from a copy made while the
+    messages travel, as the fold writes ``d`` before it reads the later rows."""
     gathered = np.empty((call.n, s.size), s.dtype)
     moves = exchange.Exchange(call, "reduce", [(s, rank) for rank in _others(call)],
-                              [(gathered[rank], rank) for rank in _others(call)], local=(gathered[call.me], s))
+                              [(gathered[rank], rank) for rank in _others(call)],
+                              local=(gathered[call.me], s) if in_place else None).runner()
+    rows = [row if rank != call.me or in_place else s for rank, row in enumerate(gathered)]
     fold = compiled_fold(s.dtype, op) if d.flags.c_contiguous else None
     if fold is None:
-        rows = list(gathered)
 
         def run():
-            moves.run()
+            moves()
             reduce_into(d, rows, ufunc)
         return run
-    rows = np.array([row.ctypes.data for row in gathered], np.uint64)
-    arguments = (d.ctypes.data, rows.ctypes.data, call.n, s.size)
+    addresses = np.array([row.ctypes.data for row in rows], np.uint64)
+    arguments = (d.ctypes.data, addresses.ctypes.data, call.n, s.size)
 
-    def run(keep=(rows, gathered)):     # (the default keeps what the addresses point to alive)
-        moves.run()
+    def run(keep=(addresses, gathered, s)):     # (the default keeps what the addresses point to alive)
+        moves()
         fold(*arguments)
     return run
 
@@ -145,15 +150,15 @@ def broadcast_runner(call, d: np.ndarray, s: np.ndarray, root: int, same: bool):
         parent, children = _broadcast_tree(call, root)
         if call.me == root:
             return exchange.Exchange(call, "broadcast", [(s, rank) for rank in children], [],
-                                     local=None if same else (d, s)).run
-        receive = exchange.Exchange(call, "broadcast", [], [(d, parent)])
+                                     local=None if same else (d, s)).runner()
+        receive = exchange.Exchange(call, "broadcast", [], [(d, parent)]).runner()
         if not children:
-            return receive.run
-        forward = exchange.Exchange(call, "broadcast", [(d, rank) for rank in children], [])
+            return receive
+        forward = exchange.Exchange(call, "broadcast", [(d, rank) for rank in children], []).runner()
 
         def run():
-            receive.run()
-            forward.run()
+            receive()
+            forward()
         return run
 
     def run():
@@ -185,7 +190,7 @@ def fcollect_runner(call, d: np.ndarray, s: np.ndarray):
     if _exchanged(call, s.nbytes):
         blocks = d.reshape(call.n, s.size)
         return exchange.Exchange(call, "fcollect", [(s, rank) for rank in _others(call)],
-                                 [(blocks[rank], rank) for rank in _others(call)], local=(blocks[call.me], s)).run
+                                 [(blocks[rank], rank) for rank in _others(call)], local=(blocks[call.me], s)).runner()
 
     def run():
         _wait(call, [call.team.comm.Iallgather(_typeless(s), _typeless(d))], d.nbytes)

@@ -513,7 +513,8 @@ def check_small_calls_across_nodes_as_one_exchange_of_messages():
     alternate (two kept exchanges of one kind, matched in call order), broadcast roots run
     ahead of sleeping readers, the all-reduce folds every dtype in rank order (compiled
     folds, and numpy's for float16 and bool), in place too; at the size limit and one
-    element past it (MPI's own collectives) alike, on the world and a split team."""
+    element past it (MPI's own collectives on the world of 3 or more, still the exchange
+    on a team of 2, whatever the size) alike, on the world and a split team."""
     import time
 
     from pgas.host import _mpi_exchange
