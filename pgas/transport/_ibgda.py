@@ -87,6 +87,8 @@ class Ibgda:
         self.timeout = timeout
         self.native = native
         self._code = code.compiled()
+        # with the native NIC: post and ring in one native call
+        self._post_and_ring = native.poster(self._code.post_address) if native is not None else None
         self.errors: list[str] = []           # failures of requests nobody waits for, for quiet
         self._failed: dict[tuple, tuple] = {}   # (queue pair number, WQE index) -> refusal of a waited request
         self._errors_lock = threading.Lock()
@@ -133,18 +135,24 @@ class Ibgda:
             kind, opcode, *operands = atomic_segments(op, size, value, compare)
             lkey, nbytes = queue.lkey, size
         clock = None
-        while (posted := self._code.post(queue.address, kind, opcode, raddr, rkey, lkey, laddr, nbytes,
-                                         *operands, int(waited))) < 0:   # no room: never overwrite
+        while (posted := self._post(queue, kind, opcode, raddr, rkey, lkey, laddr, nbytes, operands, int(waited))) < 0:
             clock = clock or Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S, waits_for=lambda: [pe])
             self._poll(queue)       # completions free blocks
             self.nic.check_alive(fn)
             clock.pause(lambda: f"room in the send queue to PE {pe} ({queue.qp.depth} basic blocks in flight)")
-        if posted & 1:
-            if self.native is not None:
-                self.native.ring(queue.row, waited)
-            else:
-                self.nic.ring(queue.descriptor[code.W["doorbell"]:code.W["doorbell"] + 1].tobytes())
         return queue, posted >> 1, op, size
+
+    def _post(self, queue: DeviceQueue, kind, opcode, raddr, rkey, lkey, laddr, nbytes, operands, waited) -> int:
+        """Post one WQE (``ibgda_post``'s arguments) and ring the doorbell when the post
+        says so; what the post returned (-1: no room)."""
+        a0, a1, a2, a3 = operands
+        if self._post_and_ring is not None:
+            return self._post_and_ring(queue.row, queue.address, kind, opcode, raddr, rkey, lkey, laddr, nbytes,
+                                       a0, a1, a2, a3, waited)
+        posted = self._code.post(queue.address, kind, opcode, raddr, rkey, lkey, laddr, nbytes, a0, a1, a2, a3, waited)
+        if posted >= 0 and posted & 1:
+            self.nic.ring(queue.descriptor[code.W["doorbell"]:code.W["doorbell"] + 1].tobytes())
+        return posted
 
     def wait(self, fn: str, ticket) -> int:
         """Wait for the request ``ticket``; its fetched value (atomics), or PgasError if refused."""

@@ -34,6 +34,7 @@ from ..wire import _ucp as ucp
 __all__ = ["Transports", "REMOTE_TRANSPORTS"]
 
 REMOTE_TRANSPORTS = ("ibgda", "proxy", "ucx")   # the first two drive the emulated NIC (docs/transports.md)
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}    # an element's bits, by its size
 _MAX_FETCHES = 32      # posted fetching atomics whose answers wait for quiet, at most
 _AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or": proxy.AMO_OR,
         "xor": proxy.AMO_XOR}
@@ -241,7 +242,7 @@ class Transports:
                 np.copyto(o, theirs)
             return
         if to_peer and nbi and tickets is None and count == 1 and s.itemsize <= 8:   # inline, as ``store``
-            self._put_inline(fn, pe, self._raddr(pe, s, fn, "dest"), o.tobytes())
+            self._put_inline(fn, pe, self._raddr(pe, s, fn, "dest"), s.itemsize, int.from_bytes(o.tobytes(), "little"))
             return
         # contiguous: a request per MAX_MESSAGE bytes; strided: one per element (as NVSHMEM's
         # iput over IB does)
@@ -342,17 +343,16 @@ class Transports:
             return
         item = word[:1]
         raddr = self._raddr(pe, item, fn, what)
-        bits = np.array([value], item.dtype)
-        if item.itemsize <= 8:
-            self._put_inline(fn, pe, raddr, bits.tobytes())
+        size = item.itemsize
+        if size <= 8:     # the value's bits as an unsigned integer (a numpy scalar's view: no array made)
+            self._put_inline(fn, pe, raddr, size, int(item.dtype.type(value).view(_UNSIGNED[size])))
         else:
-            self.copy(fn, pe, True, item, 1, bits, 1, 0, 1, False)
+            self.copy(fn, pe, True, item, 1, np.array([value], item.dtype), 1, 0, 1, False)
 
-    def _put_inline(self, fn: str, pe: int, raddr: int, data: bytes) -> None:
-        """An inline write of one element's ``data`` (up to 8 bytes) to ``raddr`` in PE
-        ``pe``'s heap, complete at ``quiet``."""
-        self.engine.submit(fn, proxy.PUT_INLINE, pe, raddr, size=len(data), nbytes=len(data),
-                           value=int.from_bytes(data, "little"), waited=False)
+    def _put_inline(self, fn: str, pe: int, raddr: int, size: int, bits: int) -> None:
+        """An inline write of one element of ``size`` bytes (up to 8), ``bits`` in
+        little-endian order, to ``raddr`` in PE ``pe``'s heap, complete at ``quiet``."""
+        self.engine.submit(fn, proxy.PUT_INLINE, pe, raddr, size=size, nbytes=size, value=bits, waited=False)
 
     def load(self, fn: str, pe: int, word: np.ndarray, what: str, acquire: bool):
         """PE ``pe``'s ``word[0]`` (``acquire``: later loads see what was stored before it)."""

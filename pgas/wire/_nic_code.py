@@ -75,6 +75,12 @@ _INLINE_AT = mlx5.WQE_FIELDS.fields["inline_data"][1]
 # decode_wqes(sq, depth, index, blocks, out) -> rows: the NIC's decoder (``_wqe_code``),
 # callable from numba code once ``_build`` has registered it
 decode_wqes = types.ExternalFunction("pgas_nic_decode_wqes", types.int64(*[types.int64] * 5))
+# post_wqe(descriptor, kind, opcode | opmod << 24, raddr, rkey, lkey, laddr, nbytes, four
+# operands, waited) -> start * 2 + ring, or -1 (no room): a requester's poster of WQEs (the
+# GPU-initiated path's compiled ``ibgda_post``), registered by ``NicQueues.poster``
+post_wqe = types.ExternalFunction("pgas_queue_post", types.int64(
+    types.int64, types.int32, types.uint32, types.uint64, types.uint32, types.uint32, types.uint64, types.uint32,
+    types.uint64, types.uint64, types.uint64, types.uint64, types.int32))
 
 
 @njit(nogil=True, cache=True)
@@ -341,6 +347,21 @@ def ring(table, q, keys, wqes, waited):
         if table[G_AWAKE] != 0:
             return
     drain(table, q, keys, wqes)
+
+
+@njit(cache=True)
+def post_and_ring(table, keys, wqes, q, descriptor, kind, opcode, raddr, rkey, lkey, laddr, nbytes, a0, a1, a2, a3,
+                  waited):
+    """Post one WQE on queue ``q`` (``post_wqe``) and ring its doorbell when the post says
+    so (``ring``): a requester's request in one native call (through ctypes and then
+    numba it cost ~1.4 us more, a tenth of a simulated device call). What ``post_wqe``
+    returned. Keeps the interpreter lock, as ``ring``."""
+    posted = post_wqe(descriptor, np.int32(kind), np.uint32(opcode), np.uint64(raddr), np.uint32(rkey),
+                      np.uint32(lkey), np.uint64(laddr), np.uint32(nbytes), np.uint64(a0), np.uint64(a1),
+                      np.uint64(a2), np.uint64(a3), np.int32(waited))
+    if posted >= 0 and posted & 1:
+        ring(table, q, keys, wqes, waited != 0)
+    return posted
 
 
 @njit(nogil=True, cache=True)

@@ -1,6 +1,8 @@
 """The native NIC of one PE (``_nic_code``): its UCX worker, its table, the queue pairs it serves."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..core._errors import PgasError
@@ -24,7 +26,8 @@ class NicQueues:
     def __init__(self, nic, heap_region):
         from . import _cache as wire_cache
         from ._worker import serve
-        wire_cache.drop_if_stale((code.drain, code.ring, code.land, code.progress_until, serve))   # first
+        wire_cache.drop_if_stale((code.drain, code.ring, code.post_and_ring, code.land, code.progress_until,
+                                  serve))   # first
         on_answer, on_answers, on_get_received = code.callbacks()
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.nic = nic
@@ -71,6 +74,15 @@ class NicQueues:
             int(qp.collapsed))
         self.table[G_QUEUES] = self._queues
         return q
+
+    def poster(self, post_address: int):
+        """``post(q, descriptor, kind, opcode, raddr, rkey, lkey, laddr, nbytes, a0, a1, a2,
+        a3, waited)``: post one WQE with the function at ``post_address`` (``post_wqe``'s
+        signature: the GPU-initiated path's compiled poster) and ring queue ``q``'s
+        doorbell when it says so, in one native call (``_nic_code.post_and_ring``). What
+        the poster returned."""
+        ucp.register_symbol("queue_post", post_address)
+        return functools.partial(code.post_and_ring, self.table, self.nic.keys.rows, self._wqes)
 
     def ring(self, q: int, waited: bool) -> None:
         """The doorbell of queue ``q``; ``waited``: the caller will wait for its WQE (``_nic_code.ring``)."""
