@@ -175,3 +175,21 @@ def test_registrations_of_local_buffers_are_kept_for_the_next_call_and_never_dro
     recent.release(in_use)
     recent.close()
     assert not nic.live
+
+
+def test_the_native_nic_declares_the_gpu_initiated_posters_signature_as_it_is_compiled():
+    """``_nic_code.post_and_ring`` calls the compiled ``ibgda_post`` by symbol: its declared
+    signature (``post_wqe``) must take the arguments the IR defines, in the same widths, as
+    the ctypes signature does; a mismatch would pass corrupt arguments without an error."""
+    import ctypes
+
+    from llvmlite import ir
+
+    from pgas.transport import _ibgda_code, _ibgda_ir
+    from pgas.wire import _nic_code
+
+    widths = [64 if isinstance(kind, ir.PointerType) else kind.width for kind in _ibgda_ir._POST_TYPES]
+    declared = _nic_code.post_wqe.sig
+    assert [kind.bitwidth for kind in declared.args] == widths
+    assert declared.return_type.bitwidth == 64
+    assert [8 * ctypes.sizeof(kind) for kind in _ibgda_code._ARGS] == widths

@@ -1,6 +1,6 @@
-"""Host collectives on teams that span nodes, by MPI on the team's communicator: small ones
-as one exchange of point-to-point messages (``_mpi_exchange``), the others by the MPI
-library's own collectives (as NVSHMEM hands its host collectives to NCCL): MPI's algorithms
+"""Host collectives on teams that span nodes, by MPI on the team's communicator: small ones,
+and any on two members, as one exchange of point-to-point messages (``_mpi_exchange``),
+the others by the MPI library's own collectives (as NVSHMEM hands its host collectives to NCCL): MPI's algorithms
 already use shared memory inside a node and the network between nodes, and measured
 between two hosts they beat reading every member's data through a remote engine
 (docs/collectives.md, "Across nodes").
@@ -47,8 +47,9 @@ def _wait(call, requests, nbytes: int) -> None:
 
 
 def reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: bool):
-    """All-reduce ``s`` into ``d`` (``in_place``: they are the same array). Small ones as
-    one exchange of messages (``_exchange_reduce_runner``); larger integers by MPI's
+    """All-reduce ``s`` into ``d`` (``in_place``: they are the same array). Small ones, and
+    any on two members, as one exchange of messages (``_exchange_reduce_runner``); larger
+    integers by MPI's
     all-reduce (exact in any order); floats and bools by MPI's all-gather, then every member
     folds the members' arrays in rank order as pgas's own algorithms do (numpy's results,
     NaNs included, the same bits everywhere: MPI's reductions add in an order of their own
@@ -80,7 +81,9 @@ def _exchanged(call, nbytes: int) -> bool:
     (``_mpi_exchange``): few members and small arrays, or two members whatever the size
     (each member's array to the other is all any algorithm can do there; MPI's calls add
     their schedules: docs/collectives.md)."""
-    return call.n == 2 or (call.n <= exchange.MEMBERS and nbytes <= exchange.BYTES)
+    if call.n == 2:
+        return nbytes <= exchange.MAX_MESSAGE
+    return call.n <= exchange.MEMBERS and nbytes <= exchange.BYTES
 
 
 def _others(call) -> list:
@@ -90,13 +93,16 @@ def _others(call) -> list:
 def _exchange_reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: bool):
     """Every member's ``s`` to every member, then each folds them in rank order (numpy's
     bits on every member, for every dtype). The fold reads this member's own row from
-    ``s`` itself, unless ``d`` is ``s`` (``in_place``): then from a copy made while the
-    messages travel, as the fold writes ``d`` before it reads the later rows."""
+    ``s`` itself, unless ``d`` is ``s`` (``in_place``) and this member's row comes after
+    the first two: the fold writes ``d`` in its first pass (``b0 op b1``, element by
+    element, which may be ``d``) and reads the later rows after, so it reads a copy made
+    while the messages travel."""
     gathered = np.empty((call.n, s.size), s.dtype)
+    copied = in_place and call.me >= 2
     moves = exchange.Exchange(call, "reduce", [(s, rank) for rank in _others(call)],
                               [(gathered[rank], rank) for rank in _others(call)],
-                              local=(gathered[call.me], s) if in_place else None).runner()
-    rows = [row if rank != call.me or in_place else s for rank, row in enumerate(gathered)]
+                              local=(gathered[call.me], s) if copied else None).runner()
+    rows = [row if rank != call.me or copied else s for rank, row in enumerate(gathered)]
     fold = compiled_fold(s.dtype, op) if d.flags.c_contiguous else None
     if fold is None:
 

@@ -1,5 +1,5 @@
-"""Small host collectives between nodes as one exchange of MPI messages, started and
-completed by native code (``pgas.wire._mpi``).
+"""Small host collectives between nodes, and any on two members, as one exchange of MPI
+messages, started and completed by native code (``pgas.wire._mpi``).
 
 A member sends its part straight to every member that needs it and receives theirs
 straight into place (fcollect: ``dest``'s blocks; broadcast: ``dest``; all-reduce: a
@@ -7,7 +7,8 @@ buffer of the members' arrays, folded in rank order after), one round, on reques
 once per kept call (persistent point-to-point requests are not collective: nothing for
 the members to agree on at set-up, unlike MPI's persistent collectives). Measured between
 two hosts this beats MPI's own collectives at small sizes, where they cost more in
-their schedules and our Python than in their messages (docs/collectives.md).
+their schedules and our Python than in their messages, and on two members it moves what
+MPI's do at every size with less around it (docs/collectives.md).
 
 Each kind of collective has its own tag on the team's private communicator, so members
 in different collectives wait (and time out naming the call) rather than match.
@@ -21,10 +22,12 @@ from ..core._errors import PgasError, PgasTimeoutError
 from ..runtime._barrier import poll_until, yielding_seconds
 from ..wire import _mpi
 
-__all__ = ["Exchange", "MEMBERS", "BYTES", "as_bytes"]
+__all__ = ["Exchange", "MEMBERS", "BYTES", "MAX_MESSAGE", "as_bytes"]
 
 MEMBERS = 8             # teams up to this size exchange directly (each member sends to every other)
-BYTES = 64 << 10        # and arrays up to this many bytes per member
+BYTES = 64 << 10        # and arrays up to this many bytes per member (any size on 2 members,
+MAX_MESSAGE = (1 << 31) - 1     # up to this: a message's count of bytes is an MPI int)
+_KEPT_BROKEN: list = []  # the arrays of dropped broken exchanges: their requests may still land in them
 _TAGS = {"reduce": 0x9B0, "broadcast": 0x9B1, "fcollect": 0x9B2}
 
 
@@ -41,6 +44,7 @@ class Exchange:
     def __init__(self, call, kind: str, sends, receives, local=None):
         from mpi4py import MPI
         _mpi.load()
+        self._mpi_finalized = MPI.Is_finalized      # (__del__ may run at exit, when imports no longer can)
         comm, tag = call.team.comm, _TAGS[kind]
         self.fn, self.pes = call.fn, call.team.pes
         self._requests = ([comm.Recv_init([as_bytes(a), MPI.BYTE], source=rank, tag=tag) for a, rank in receives]
@@ -59,7 +63,6 @@ class Exchange:
             state[[_mpi.S_COPY_TO, _mpi.S_COPY_FROM, _mpi.S_COPY_BYTES]] = (
                 as_bytes(to).ctypes.data, as_bytes(source).ctypes.data, to.nbytes)
         self._arrays = (sends, receives, local)     # native code holds their addresses only
-        self._mpi_finalized = MPI.Is_finalized      # (__del__ may run at exit, when imports no longer can)
         self._broken = None
 
     def runner(self):
@@ -90,6 +93,9 @@ class Exchange:
             raise
         except MPI.Exception as error:
             done = -error.Get_error_code()
+        except BaseException:       # an interrupt: the requests may still be active
+            self._break("an earlier call was interrupted")
+            raise
         self._break("MPI failed in an earlier call")
         raise PgasError(f"{self.fn}: MPI failed exchanging the call's data with PEs {self._waits_for()}: "
                         f"{MPI.Get_error_string(-done)}")
@@ -100,10 +106,12 @@ class Exchange:
 
     def __del__(self):
         """Free the requests with the kept call (a dropped call's, and at the end)."""
-        if hasattr(self, "_mpi_finalized") and not self._mpi_finalized():     # (not if __init__ failed)
-            for request in self._requests:
+        if hasattr(self, "_mpi_finalized") and not self._mpi_finalized():     # (not if __init__ failed early)
+            for request in getattr(self, "_requests", ()):
                 if request:
-                    request.Free()
+                    request.Free()      # (an active one completes later: MPI frees it then)
+            if getattr(self, "_broken", None):
+                _KEPT_BROKEN.append(self._arrays)
 
     def _waits_for(self) -> list:
         return [self.pes[rank] for rank in self._peers]

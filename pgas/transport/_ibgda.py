@@ -40,6 +40,9 @@ __all__ = ["Ibgda", "DeviceQueue"]
 _WAIT_BACKOFF_S = 100e-6     # longest sleep of a thread polling a completion queue
 _OPCODE = {PUT: mlx5.OP_RDMA_WRITE, PUT_INLINE: mlx5.OP_RDMA_WRITE, GET: mlx5.OP_RDMA_READ}
 _KIND = {PUT: code.KIND_DATA, PUT_INLINE: code.KIND_INLINE, GET: code.KIND_DATA}
+# operand words are numpy uint64s, as atomic_segments makes them: one type for numba's
+# post_and_ring whatever the request (each new type would compile it again, mid-run)
+_NO_OPERANDS = (np.uint64(0),) * 4
 
 
 class DeviceQueue:
@@ -125,12 +128,12 @@ class Ibgda:
         mlx5.check_message(fn, nbytes)
         queue = self.lanes[lane][pe]
         rkey = self.nic.remote[pe].rkey
-        operands = (0, 0, 0, 0)
+        operands = _NO_OPERANDS
         if op in _KIND:
             kind, opcode = _KIND[op], _OPCODE[op]
             if op == PUT_INLINE:
                 nbytes = size
-                operands = (value & ((1 << (8 * size)) - 1), 0, 0, 0)
+                operands = (np.uint64(value & ((1 << (8 * size)) - 1)), *_NO_OPERANDS[1:])
         else:
             kind, opcode, *operands = atomic_segments(op, size, value, compare)
             lkey, nbytes = queue.lkey, size

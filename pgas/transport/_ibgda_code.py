@@ -3,8 +3,9 @@
 ``pgas/_ibgda_ir`` builds ``ibgda_post`` and ``ibgda_progress`` (the protocol and the WQE
 layout, shared with the cuda backend); here they get the CPU's memory model (LLVM atomics,
 ``sched_yield`` between looks) and are compiled once with llvmlite, as ``_cpu_atomics``
-is, and called through ctypes. Python building a WQE field by field costs ~30 us under the
-simulator's interpreter lock; this is one call.
+is, and called through ctypes (with the native NIC, ``ibgda_post`` is called from numba
+instead, by symbol: ``wire._nic_code.post_and_ring``). Python building a WQE field by
+field costs ~30 us under the simulator's interpreter lock; this is one call.
 """
 from __future__ import annotations
 

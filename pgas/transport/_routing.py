@@ -343,11 +343,16 @@ class Transports:
             return
         item = word[:1]
         raddr = self._raddr(pe, item, fn, what)
-        size = item.itemsize
-        if size <= 8:     # the value's bits as an unsigned integer (a numpy scalar's view: no array made)
-            self._put_inline(fn, pe, raddr, size, int(item.dtype.type(value).view(_UNSIGNED[size])))
+        size, dtype = item.itemsize, item.dtype
+        if size > 8:
+            self.copy(fn, pe, True, item, 1, np.array([value], dtype), 1, 0, 1, False)
+        elif type(value) in (int, float, bool) and dtype.kind in "biufc" and dtype.isnative:
+            # the bits from a numpy scalar's view (no array made); the same conversion and
+            # errors as an array's for Python numbers (not for numpy scalars: np.int8 of an
+            # np.int64 300 wraps where an array refuses)
+            self._put_inline(fn, pe, raddr, size, int(dtype.type(value).view(_UNSIGNED[size])))
         else:
-            self.copy(fn, pe, True, item, 1, np.array([value], item.dtype), 1, 0, 1, False)
+            self._put_inline(fn, pe, raddr, size, int.from_bytes(np.array([value], dtype).tobytes(), "little"))
 
     def _put_inline(self, fn: str, pe: int, raddr: int, size: int, bits: int) -> None:
         """An inline write of one element of ``size`` bytes (up to 8), ``bits`` in
