@@ -193,3 +193,17 @@ def test_the_native_nic_declares_the_gpu_initiated_posters_signature_as_it_is_co
     assert [kind.bitwidth for kind in declared.args] == widths
     assert declared.return_type.bitwidth == 64
     assert [8 * ctypes.sizeof(kind) for kind in _ibgda_code._ARGS] == widths
+
+
+def test_cpu_atomics_keep_the_interpreter_lock():
+    """Each CPU atomic, load, store and fence is one instruction or a short loop: called
+    without the interpreter lock (ctypes' CFUNCTYPE), a simulated device thread waited
+    10-25 us to get the lock back after each, more than the operation."""
+    import ctypes
+
+    from pgas.core import _cpu_atomics
+
+    compiled = _cpu_atomics._get()
+    functions = [compiled.fence, *compiled.loads.values(), *compiled.stores.values(), *compiled.rmws.values(),
+                 *compiled.cas.values()]
+    assert all(type(f)._flags_ & ctypes._FUNCFLAG_PYTHONAPI for f in functions)

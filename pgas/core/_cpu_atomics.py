@@ -78,7 +78,12 @@ define void @fence_seq_cst() {
 
 
 class _Compiled:
-    """The compiled functions, built on first use (llvmlite start-up is not free)."""
+    """The compiled functions, built on first use (llvmlite start-up is not free). Called
+    with the interpreter lock held (``PYFUNCTYPE``): each is one instruction or a short
+    compare-and-swap loop, and a simulated device thread that let the lock go for it
+    waited 10-25 us to get it back (other simulated threads and numba's polling loop take
+    it meanwhile), more than the operation it waited for. Waits release it when they
+    pause (``core._waiting.Wait``)."""
 
     def __init__(self):
         llvm_types = {t: a for t, a, _ in _TYPES.values()}
@@ -88,18 +93,19 @@ class _Compiled:
         ir += "".join(_IR_FADD.format(t=_TYPES[d][0]) for d in FLOAT_DTYPES)
         self._engine = compile_ir(ir)       # keeps the code alive
         address = self._engine.get_function_address
+        function = ctypes.PYFUNCTYPE
         self.loads, self.stores, self.rmws, self.cas = {}, {}, {}, {}
         for dtype, (t, _, ctype) in _TYPES.items():
-            self.loads[dtype] = ctypes.CFUNCTYPE(ctype, ctypes.c_void_p)(address(f"load_acquire_{t}"))
-            self.stores[dtype] = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctype)(address(f"store_release_{t}"))
+            self.loads[dtype] = function(ctype, ctypes.c_void_p)(address(f"load_acquire_{t}"))
+            self.stores[dtype] = function(None, ctypes.c_void_p, ctype)(address(f"store_release_{t}"))
             if dtype in INTEGER_DTYPES:
                 for op in RMW_OPS:
-                    self.rmws[dtype, op] = ctypes.CFUNCTYPE(ctype, ctypes.c_void_p, ctype)(
+                    self.rmws[dtype, op] = function(ctype, ctypes.c_void_p, ctype)(
                         address(f"rmw_{op}_{t}"))
-                self.cas[dtype] = ctypes.CFUNCTYPE(ctype, ctypes.c_void_p, ctype, ctype)(address(f"cas_{t}"))
+                self.cas[dtype] = function(ctype, ctypes.c_void_p, ctype, ctype)(address(f"cas_{t}"))
             else:       # float add is arithmetic in the float type (exchange and CAS go by the bits)
-                self.rmws[dtype, "add"] = ctypes.CFUNCTYPE(ctype, ctypes.c_void_p, ctype)(address(f"rmw_fadd_{t}"))
-        self.fence = ctypes.CFUNCTYPE(None)(address("fence_seq_cst"))
+                self.rmws[dtype, "add"] = function(ctype, ctypes.c_void_p, ctype)(address(f"rmw_fadd_{t}"))
+        self.fence = function(None)(address("fence_seq_cst"))
 
 
 _get = built_once(_Compiled)
