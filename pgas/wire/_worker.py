@@ -27,7 +27,12 @@ __all__ = ["Worker", "WAIT_SPINS", "WAIT_MAX_PAUSE_S"]
 
 _STOP, _EFD, _WORKER = 0, 1, 2      # words of the progress thread's state
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
-_HOT_NS = 100_000                    # how long the thread keeps looking after a message
+# How long the thread keeps looking (yielding the core) after a message before it sleeps.
+# 1 ms, not 100 us: a wake-up here costs tens of microseconds, and a stream of device calls
+# a few tens of microseconds apart (simulated threads) kept putting the threads to sleep
+# between its messages; between two hosts 64-128 threads' rates rose from 0.34-0.86 of the
+# own-heap kernel to 0.65-1.02 (docs/benchmarks.md). An idle PE's threads still sleep.
+_HOT_NS = 1_000_000
 _CLOSE_PAUSE_S, _CLOSE_WAIT_S = 1e-4, 10.0
 # How a thread waiting for an answer waits (the ucx engine's and the native NIC's): rounds of
 # progress (``progress_until``, each yielding the core when idle) before it sleeps: few, since
