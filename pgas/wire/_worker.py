@@ -27,12 +27,15 @@ __all__ = ["Worker", "WAIT_SPINS", "WAIT_MAX_PAUSE_S"]
 
 _STOP, _EFD, _WORKER = 0, 1, 2      # words of the progress thread's state
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
-# How long the thread keeps looking (yielding the core) after a message before it sleeps.
-# 1 ms, not 100 us: a wake-up here costs tens of microseconds, and a stream of device calls
-# a few tens of microseconds apart (simulated threads) kept putting the threads to sleep
-# between its messages; between two hosts 64-128 threads' rates rose from 0.34-0.86 of the
-# own-heap kernel to 0.65-1.02 (docs/benchmarks.md). An idle PE's threads still sleep.
-_HOT_NS = 1_000_000
+# How long the thread keeps looking (yielding the core) after a message before it sleeps:
+# _HOT_NS, and _HOT_SENDING_NS once it has sent what rung doorbells announced (the native
+# NIC's send path: a stream of device calls a few tens of microseconds apart, whose
+# thread would otherwise sleep between them and cost a wake-up, tens of microseconds, at
+# each). Measured between two hosts (docs/benchmarks.md): 1 ms for every thread raised
+# 64-128 device threads' rates but slowed a host put+quiet, where the caller sends and
+# waits itself and a longer-spinning thread only competes with it for the two cores.
+_HOT_NS = 100_000
+_HOT_SENDING_NS = 1_000_000
 _CLOSE_PAUSE_S, _CLOSE_WAIT_S = 1e-4, 10.0
 # How a thread waiting for an answer waits (the ucx engine's and the native NIC's): rounds of
 # progress (``progress_until``, each yielding the core when idle) before it sleeps: few, since
@@ -53,7 +56,8 @@ def sleep_on_events(worker, pollfd, milliseconds):
 @njit(nogil=True, cache=True)
 def serve(state, pollfd, batches, doorbells, keys, wqes):
     """Progress; after the last message, keep looking (yielding the core each time)
-    for _HOT_NS, as a NIC's interrupt moderation does, then sleep on the events. While
+    for _HOT_NS (_HOT_SENDING_NS after sending doorbells' WQEs), as a NIC's interrupt
+    moderation does, then sleep on the events. While
     requests wait in ``batches``, stay awake and send each batch once it is stale. While
     awake, send what the native NIC's doorbells announce (``doorbells``, ``keys``, ``wqes``:
     ``_nic_code.drain_rung``; rung while it sleeps, the ringing thread sends them)."""
@@ -61,10 +65,14 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
     timespec, pause = np.zeros(2, np.int64), np.zeros(2, np.int64)
     last = batch.now_ns(timespec)
     nic_code.sleeping(doorbells, False)
+    window = _HOT_NS
     while state[_STOP] == 0:
         progressed = _native.ucp_worker_progress(worker) != 0
-        if nic_code.drain_rung(doorbells, keys, wqes) or progressed:   # (doorbells even while busy)
+        sent = nic_code.drain_rung(doorbells, keys, wqes)     # (doorbells even while busy)
+        if sent or progressed:
             last = batch.now_ns(timespec)
+            if sent:
+                window = _HOT_SENDING_NS
             continue
         if state[_STOP] != 0:
             break
@@ -74,7 +82,7 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
                 pause[0], pause[1] = 0, wait
                 _native.nanosleep(pause.ctypes.data, 0)
             continue
-        if batch.now_ns(timespec) - last < _HOT_NS:
+        if batch.now_ns(timespec) - last < window:
             _native.sched_yield()
             continue
         batches[B_SLEEPING] = 1      # a thread that stages from now on sends at once
@@ -84,6 +92,7 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
         nic_code.sleeping(doorbells, False)
         batches[B_SLEEPING] = 0
         last = batch.now_ns(timespec)
+        window = _HOT_NS
 
 
 @njit(cache=True)
