@@ -151,6 +151,8 @@ import numpy as np
 import pgas
 pgas.init()
 src, dest = pgas.zeros(4, np.float32), pgas.zeros(8, np.float32)
+pgas.fcollect(pgas.TEAM_WORLD, dest, src)   # native code loaded (or compiled) on both PEs first,
+pgas.barrier_all()                          # so that their waits start, and time out, together
 def call():
     if pgas.my_pe() == 0:
         pgas.fcollect(pgas.TEAM_WORLD, dest, src)
@@ -168,7 +170,9 @@ pgas.finalize()
 def test_small_collectives_that_differ_across_nodes_time_out_naming_the_call(tmp_path, clean_shm):
     # Across nodes they are one exchange of MPI messages (host/_mpi_exchange.py), a tag per
     # collective: with one tag for all, these two calls would match each other's messages
-    # and both return wrong data. A call that timed out refuses to run again.
+    # and both return wrong data. A call that timed out refuses to run again. (pgasrun stops
+    # the run 0.2 s after the first PE fails: the PEs' waits must start together for the
+    # second PE's timeout to be seen too.)
     proc = run_script(tmp_path, 2, DIFFERENT_COLLECTIVES, options=["--pes-per-node", "1"], env={"PGAS_TIMEOUT": "3"})
     assert proc.returncode == 1, proc.stderr
     assert ("pgas.fcollect: waited PGAS_TIMEOUT=3 s for the other members of the team (PEs [1]) to make the same "

@@ -1,9 +1,9 @@
 """Host collectives on teams that span nodes, by MPI on the team's communicator: small ones,
 and any on two members, as one exchange of point-to-point messages (``_mpi_exchange``),
-the others by the MPI library's own collectives (as NVSHMEM hands its host collectives to NCCL): MPI's algorithms
-already use shared memory inside a node and the network between nodes, and measured
-between two hosts they beat reading every member's data through a remote engine
-(docs/collectives.md, "Across nodes").
+the others by the MPI library's own collectives (as NVSHMEM hands its host collectives to
+NCCL): MPI's algorithms already use shared memory inside a node and the network between
+nodes, and measured between two hosts they beat reading every member's data through a
+remote engine (docs/collectives.md, "Across nodes").
 
 They are non-blocking MPI calls completed by ``wait_requests``, which backs off instead of
 spinning in MPI's progress loop (the cores are shared with the other PEs) and fails after
@@ -49,11 +49,10 @@ def _wait(call, requests, nbytes: int) -> None:
 def reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, in_place: bool):
     """All-reduce ``s`` into ``d`` (``in_place``: they are the same array). Small ones, and
     any on two members, as one exchange of messages (``_exchange_reduce_runner``); larger
-    integers by MPI's
-    all-reduce (exact in any order); floats and bools by MPI's all-gather, then every member
-    folds the members' arrays in rank order as pgas's own algorithms do (numpy's results,
-    NaNs included, the same bits everywhere: MPI's reductions add in an order of their own
-    and its min and max treat NaN otherwise)."""
+    integers by MPI's all-reduce (exact in any order); floats and bools by MPI's
+    all-gather, then every member folds the members' arrays in rank order as pgas's own
+    algorithms do (numpy's results, NaNs included, the same bits everywhere: MPI's
+    reductions add in an order of their own and its min and max treat NaN otherwise)."""
     from mpi4py import MPI
     comm = call.team.comm
 

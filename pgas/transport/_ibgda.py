@@ -30,7 +30,7 @@ from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
 from ..wire._nic_queues import NicQueues
-from ..wire._worker import WAIT_MAX_PAUSE_S, WAIT_SPINS
+from ..wire._worker import WAIT_SPINS, next_wait_pause
 from . import _ibgda_code as code
 from ._ibgda_ir import AMO_ADD, GET, OP_NAMES, PUT, PUT_INLINE, atomic_segments
 from ._lanes import Lanes
@@ -199,7 +199,7 @@ class Ibgda:
             def block(seconds):
                 if not queue.native.progress_until(queue.row, floor, WAIT_SPINS):
                     time.sleep(min(pause[0], seconds))
-                    pause[0] = min(pause[0] * 2 + 10e-6, WAIT_MAX_PAUSE_S)
+                    pause[0] = next_wait_pause(pause[0])
             sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block, lambda: [queue.peer])
             return
 

@@ -28,7 +28,7 @@ from ._ibgda_ir import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, 
                         atomic_segments)
 from ._lanes import Lanes
 from ..wire._nic_queues import NicQueues
-from ..wire._worker import WAIT_MAX_PAUSE_S, WAIT_SPINS
+from ..wire._worker import WAIT_SPINS, next_wait_pause
 
 __all__ = ["Proxy", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR",
            "AMO_XOR", "AMO_FETCH", "OP_NAMES", "REQUEST", "atomic_wqe"]
@@ -197,7 +197,7 @@ class Proxy:
                     # the native NIC writes CQEs without waking anyone: progress its worker
                     # (the answers' handlers run), then back off
                     if not self.native.progress_until(-1, seen + 1, WAIT_SPINS):
-                        pause = min(pause * 2 + 1e-5, WAIT_MAX_PAUSE_S)
+                        pause = next_wait_pause(pause)
                         self._wake.wait(pause)
                 else:
                     pause = min(pause * 2 + 1e-5, _MAX_PAUSE_S)

@@ -28,7 +28,7 @@ from ..nic._nic import Nic
 from ..core._waiting import before_waiting
 from ..wire import _batch as batch, _native, _target as target, _ucp as ucp
 from ..wire import _cache as wire_cache, _worker as worker_loops
-from ..wire._worker import WAIT_MAX_PAUSE_S, WAIT_SPINS, Worker
+from ..wire._worker import WAIT_SPINS, Worker, next_wait_pause
 from ._ibgda_ir import OP_NAMES
 from ._lanes import Lanes
 
@@ -295,7 +295,7 @@ class Ucx:
             # a back-off, not the worker's event descriptor: that one belongs to the progress
             # thread (two threads arming it lost wake-ups between hosts)
             time.sleep(pause)
-            pause = min(pause * 2 + 10e-6, WAIT_MAX_PAUSE_S)
+            pause = next_wait_pause(pause)
 
     def wait(self, fn: str, ticket: int) -> int:
         """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""

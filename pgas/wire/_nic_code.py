@@ -2,12 +2,13 @@
 native code over UCX.
 
 A device thread (``pgas.transport._ibgda``) or the proxy thread writes mlx5 WQEs into a
-queue pair's send queue and rings. Here the doorbell's work is one numba call with no Python inside: read the
-WQEs the doorbell record announces (the NIC's compiled decoder, ``pgas.nic._wqe_code``),
-check each one's local key and range (``KeyTable``: a WQE naming memory nobody registered
-is refused, nothing sent), turn it into the wire's request (``pgas.wire._target``: the
-same target checks the rkey and bounds and applies it on the peer, as for the ucx engine)
-and send it; small ones (inline writes of up to 8 bytes, atomics) go 16 to one message.
+queue pair's send queue and rings. Here the doorbell's work is one numba call with no
+Python inside: read the WQEs the doorbell record announces (the NIC's compiled decoder,
+``pgas.nic._wqe_code``), check each one's local key and range (``KeyTable``: a WQE naming
+memory nobody registered is refused, nothing sent), turn it into the wire's request
+(``pgas.wire._target``: the same target checks the rkey and bounds and applies it on the
+peer, as for the ucx engine) and send it; small ones (inline writes of up to 8 bytes,
+atomics) go 16 to one message.
 The answers land in native handlers that run wherever the worker is progressed (its
 progress thread, or a waiting thread): a read's data at its local address, a fetched
 value in network byte order at its cell, as ConnectX writes them; then, in WQE order,

@@ -23,7 +23,7 @@ from ..nic import _mlx5 as mlx5
 from . import _batch as batch, _native, _nic_code as nic_code, _target as target, _ucp as ucp
 from ._batch import B_SLEEPING, B_STAGED
 
-__all__ = ["Worker", "WAIT_SPINS", "WAIT_MAX_PAUSE_S"]
+__all__ = ["Worker", "WAIT_SPINS", "WAIT_MAX_PAUSE_S", "next_wait_pause"]
 
 _STOP, _EFD, _WORKER = 0, 1, 2      # words of the progress thread's state
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
@@ -45,6 +45,12 @@ WAIT_SPINS = 20
 WAIT_MAX_PAUSE_S = 1e-3
 
 
+def next_wait_pause(pause: float) -> float:
+    """The sleep after ``pause`` between a waiter's rounds of progress: doubling from 10 us,
+    at most WAIT_MAX_PAUSE_S."""
+    return min(pause * 2 + 10e-6, WAIT_MAX_PAUSE_S)
+
+
 @njit(nogil=True, cache=True)
 def sleep_on_events(worker, pollfd, milliseconds):
     """Sleep until the worker has events (or ``milliseconds`` pass)."""
@@ -57,8 +63,8 @@ def sleep_on_events(worker, pollfd, milliseconds):
 def serve(state, pollfd, batches, doorbells, keys, wqes):
     """Progress; after the last message, keep looking (yielding the core each time)
     for _HOT_NS (_HOT_SENDING_NS after sending doorbells' WQEs), as a NIC's interrupt
-    moderation does, then sleep on the events. While
-    requests wait in ``batches``, stay awake and send each batch once it is stale. While
+    moderation does, then sleep on the events. While requests wait in ``batches``, stay
+    awake and send each batch once it is stale. While
     awake, send what the native NIC's doorbells announce (``doorbells``, ``keys``, ``wqes``:
     ``_nic_code.drain_rung``; rung while it sleeps, the ringing thread sends them)."""
     worker = state[_WORKER]
