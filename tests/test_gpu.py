@@ -81,12 +81,36 @@ pgas.barrier_all()
 dest = pgas.zeros(2, np.int64)
 pgas.fcollect(pgas.TEAM_WORLD, dest, words[:1])                # device collective over the NIC
 assert dest.copy_to_host().tolist() == [6, 6], dest.copy_to_host()
-for call in (lambda: pgas.put(big, src, other), lambda: pgas.sum_reduce(pgas.TEAM_WORLD, dest[:1], words[:1])):
-    try:
-        call()
-        raise AssertionError("must be refused")
-    except pgas.PgasError as e:
-        assert "another node" in str(e), e
+try:
+    pgas.sum_reduce(pgas.TEAM_WORLD, dest[:1], words[:1])
+    raise AssertionError("must be refused")
+except pgas.PgasError as e:
+    assert "another node" in str(e), e
+# host put/get to the other node: the host's queue pairs; local side in the heap (the NIC's
+# window), host memory (registered), device memory outside the heap (pinned staging, in
+# pieces: 5 MiB is two)
+n = (5 << 20) // 8
+wide, mine = pgas.zeros(n, np.int64), np.arange(n, dtype=np.int64) + 7 * me
+pgas.barrier_all()
+pgas.put(wide, mine, other)                                    # numpy
+stream, fresh = cuda.stream(), pgas.zeros(100, np.int64)
+fresh.copy_to_device(-np.arange(100, dtype=np.int64) - 100 * me, stream=stream)
+pgas.put(big[:100], fresh, other, stream=stream)                 # symmetric, after the stream's copy
+scratch = cuda.to_device(np.full(n, -1, np.int64))
+pgas.barrier_all()
+got = np.zeros(n, np.int64)
+pgas.get(got, wide, other)
+assert (got == np.arange(n) + 7 * me).all()
+pgas.get(scratch, wide, other)                                   # device, not symmetric
+assert (scratch.copy_to_host() == np.arange(n) + 7 * me).all()
+pgas.put_nbi(wide, cuda.to_device(3 * mine), other)              # device, not symmetric
+pgas.quiet()
+pgas.barrier_all()
+assert (wide.copy_to_host() == 3 * (np.arange(n) + 7 * other)).all()
+assert (big.copy_to_host()[:100] == -np.arange(100) - 100 * other).all()
+pgas.put_signal(big[200:210], fresh[:10], words[3:], 12, pgas.SIGNAL_SET, other)
+pgas.signal_wait_until(words[3:], pgas.CMP_EQ, 12)
+assert (big.copy_to_host()[200:210] == -np.arange(10) - 100 * other).all()   # the data before its signal
 pgas.finalize()
 print("ok")
 """
@@ -96,7 +120,8 @@ print("ok")
 def test_device_operations_across_nodes_go_through_the_gpu_initiated_nic_path(tmp_path):
     """Two PEs as two nodes (sharing the GPU): device threads post their own WQEs to the
     emulated NIC (``_nic_device``), which reaches the GPU heaps through copies and
-    its atomic kernel (``pgas/cuda/_nic_host.py``)."""
+    its atomic kernel (``pgas/cuda/_nic_host.py``); host put/get to the other node post on
+    the host's queue pairs (``pgas/cuda/_remote_rma.py``)."""
     script = tmp_path / "across_nodes.py"
     script.write_text(ACROSS_NODES)
     proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"], env=CUDA,

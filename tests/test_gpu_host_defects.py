@@ -9,7 +9,11 @@ only fail now and then are pinned down here.
 - nbi copies and signals are queued and not waited for; host atomics launch the device
   atomic and read back what it fetched;
 - PEs of a node on different GPUs need peer access with native atomics;
-- a strided signal is refused with the argument's name.
+- a strided signal is refused with the argument's name;
+- host put/get to a PE on another node wait for the stream, then go through the NIC:
+  host memory registered in place, device memory outside the heap through pinned
+  staging a piece at a time, and the NIC's own copies of GPU memory through pinned
+  memory too.
 """
 from __future__ import annotations
 
@@ -333,3 +337,130 @@ def test_a_device_reduction_with_a_member_on_another_node_is_refused_before_any_
     with pytest.raises(pgas.PgasError, match=r"pgas.sum_reduce: PE 2 is on another node and device reductions"):
         _gpu_ops.collective("sum_reduce", 0, np.zeros(1), np.zeros(1), pes=(0, 2), stream=None, fn="pgas.sum_reduce")
     assert fake.calls == []
+
+
+class _DeviceArray:
+    """A device array as pgas sees one (``__cuda_array_interface__``), over ``values``' host
+    memory, or at ``address`` (where nothing may read it)."""
+
+    def __init__(self, values: np.ndarray, address: int | None = None):
+        self.values, self.dtype = values, values.dtype
+        self.__cuda_array_interface__ = {"data": (address or values.ctypes.data, False), "shape": values.shape,
+                                         "typestr": values.dtype.str, "version": 3}
+
+
+class _NicTransports:
+    """What the cuda backend's host copies to other nodes need of ``Transports``: each
+    ``copy_span`` is recorded (in ``spans``, and among the fake driver's calls, to see the
+    order), and does what the NIC would (moves the bytes between the local address and
+    ``remote``, PE 2's heap; this PE's heap only the NIC's window reads). ``local_key``
+    checks that the array it registers is the memory the request names."""
+
+    def __init__(self, remote: np.ndarray, fake):
+        from pgas.cuda._nic_host import PinnedMemory, PinnedStaging
+        from pgas.transport._routing import Transports
+
+        self.remote, self.spans, self.fake, self.registered = remote.view(np.uint8), [], fake, None
+        self.kinds = ["self", "p2p", "ibgda", "unreachable"]
+        self.heap_region = SimpleNamespace(lkey=0x11)
+        nic = SimpleNamespace(register=lambda view, access: SimpleNamespace(lkey=0x33), deregister=lambda region: None)
+        self.gpu_path = SimpleNamespace(staging=PinnedStaging(PinnedMemory(), nic))
+        self.recent = SimpleNamespace(release=lambda registration: self.spans.append(("released", registration)))
+        self.through_nic = lambda fn, pe: Transports.through_nic(self, fn, pe)
+
+    def local_key(self, data):
+        self.registered = (data.__array_interface__["data"][0], data.nbytes)
+        return 0x22, "kept registration"
+
+    def copy_span(self, fn, pe, to_peer, offset, laddr, lkey, nbytes):
+        self.spans.append((pe, to_peer, offset, lkey, nbytes))
+        self.fake.calls.append(("copy_span", (pe, to_peer)))
+        if lkey == 0x22:
+            assert self.registered == (laddr, nbytes), (self.registered, laddr, nbytes)
+        if HEAP_BASE <= laddr < HEAP_BASE + HEAP_SIZE:
+            return
+        if to_peer:
+            self.remote[offset:offset + nbytes] = np.frombuffer((ctypes.c_uint8 * nbytes).from_address(laddr), np.uint8)
+        else:
+            ctypes.memmove(laddr, self.remote[offset:].ctypes.data, nbytes)
+
+
+@pytest.fixture
+def nic_runtime(fake_runtime, fake, monkeypatch):
+    """PE 2 is on another node, reached through the NIC; its heap is ``.remote`` (at offset
+    0x40 the symmetric array's bytes); the fake driver's copies move real bytes."""
+    from pgas.cuda import _nic_host
+
+    fake_runtime.heap = SimpleNamespace(base=HEAP_BASE, size=HEAP_SIZE, stream=INTERNAL,
+                                        offset_of=lambda arr, fn, what: 0x40)
+    fake.answers["cuMemcpyDtoHAsync"] = lambda host, device, nbytes, stream: ctypes.memmove(host, device, nbytes)
+    fake.answers["cuMemcpyHtoDAsync"] = lambda device, host, nbytes, stream: ctypes.memmove(device, host, nbytes)
+    monkeypatch.setattr(_nic_host, "STAGING_BYTES", 64)
+    fake_runtime.transports = _NicTransports(np.zeros(64, np.int64), fake)
+    del fake.calls[:]      # the staging buffer's allocation (at init)
+    return fake_runtime
+
+
+def test_host_put_and_get_to_another_node_go_through_the_nic_after_the_stream(nic_runtime, fake):
+    """cuda: the copy engines reach only the node's heaps; a PE on another node is reached by
+    requests on the host's queue pairs, after the work on the call's stream, and complete on
+    return: host memory by its registration, this PE's heap through the NIC's window."""
+    transports, sym = nic_runtime.transports, _DeviceArray(np.zeros(8, np.int64), HEAP_BASE + 0x40)
+    mine = np.arange(9, dtype=np.int64)
+    _gpu_ops.copy_with(2, True, sym, mine, 9, 0x777, "pgas.put_nbi", nbi=True)
+    assert fake.calls == [("cuStreamSynchronize", (0x777,)), ("copy_span", (2, True))]
+    assert transports.spans == [(2, True, 0x40, 0x22, 72), ("released", "kept registration")]
+    assert transports.remote[0x40:0x40 + 72].view(np.int64).tolist() == list(range(9))
+    back = np.zeros(9, np.int64)
+    _gpu_ops.copy_with(2, False, sym, back, 9, None, "pgas.get", nbi=False)
+    assert back.tolist() == list(range(9))
+    assert fake.calls[-2:] == [("cuStreamSynchronize", (INTERNAL,)), ("copy_span", (2, False))]
+    grid = np.asfortranarray(np.arange(6, dtype=np.int64).reshape(2, 3))   # in place, in its memory order
+    _gpu_ops.copy_with(2, True, sym, grid, 6, None, "pgas.put", nbi=False)
+    assert transports.remote[0x40:0x40 + 48].view(np.int64).tolist() == [0, 3, 1, 4, 2, 5]
+    in_heap = _DeviceArray(np.zeros(4, np.int64), HEAP_BASE + 0x1000)
+    _gpu_ops.copy_with(2, True, sym, in_heap, 4, None, "pgas.put", nbi=False)
+    assert transports.spans[-1] == (2, True, 0x40, 0x11, 32)      # the heap's own key: the NIC's window
+    with pytest.raises(pgas.PgasError, match=r"pgas.put: PE 3 is on another node and the cuda backend reaches"):
+        _gpu_ops.copy_with(3, True, sym, mine, 9, None, "pgas.put", nbi=False)
+
+
+def test_device_memory_outside_the_heap_goes_to_another_node_through_pinned_staging(nic_runtime, fake):
+    """A device array pgas did not allocate is neither in the NIC's window nor host memory:
+    it goes through the pinned staging buffer (registered with the NIC), a piece at a time,
+    each copy landed on the internal stream before the buffer is used again."""
+    transports, sym = nic_runtime.transports, _DeviceArray(np.zeros(25, np.int64), HEAP_BASE + 0x40)
+    source = _DeviceArray(np.arange(25, dtype=np.int64) * 3)          # 200 bytes: pieces of 64, 64, 64, 8
+    _gpu_ops.copy_with(2, True, sym, source, 25, 0x777, "pgas.put", nbi=False)
+    assert fake.names() == ["cuStreamSynchronize", *["cuMemcpyDtoHAsync", "cuStreamSynchronize", "copy_span"] * 4]
+    assert [args[3] for args in fake.args("cuMemcpyDtoHAsync")] == [INTERNAL] * 4
+    assert transports.spans == [(2, True, 0x40 + start, 0x33, n) for start, n in ((0, 64), (64, 64), (128, 64),
+                                                                                 (192, 8))]
+    assert transports.remote[0x40:0x40 + 200].view(np.int64).tolist() == [3 * i for i in range(25)]
+    del fake.calls[:], transports.spans[:]
+    dest = _DeviceArray(np.zeros(25, np.int64))
+    _gpu_ops.copy_with(2, False, sym, dest, 25, None, "pgas.get", nbi=False)
+    assert fake.names() == ["cuStreamSynchronize", *["copy_span", "cuMemcpyHtoDAsync", "cuStreamSynchronize"] * 4]
+    assert {args[3] for args in fake.args("cuMemcpyHtoDAsync")} == {INTERNAL}
+    assert fake.args("cuStreamSynchronize") == [(INTERNAL,)] * 5
+    assert dest.values.tolist() == [3 * i for i in range(25)] and len(transports.spans) == 4
+
+
+def test_the_nics_window_on_gpu_memory_copies_through_pinned_memory(fake, monkeypatch):
+    """The NIC's thread reads and writes GPU memory a pinned piece at a time (a copy from
+    pageable memory would be staged by the driver, synchronously), on its own stream."""
+    from pgas.cuda import _nic_host
+
+    monkeypatch.setattr(_nic_host, "STAGING_BYTES", 64)
+    fake.answers["cuMemcpyDtoHAsync"] = lambda host, device, nbytes, stream: ctypes.memmove(host, device, nbytes)
+    fake.answers["cuMemcpyHtoDAsync"] = lambda device, host, nbytes, stream: ctypes.memmove(device, host, nbytes)
+    gpu = np.zeros(40, np.int64)
+    window = object.__new__(_nic_host.GpuWindow)
+    window.base, window._stream, window._staging = gpu.ctypes.data, 0x999, _nic_host.PinnedStaging(
+        _nic_host.PinnedMemory())
+    window.write(8, np.arange(30, dtype=np.int64).view(np.uint8))
+    assert gpu[1:31].tolist() == list(range(30))
+    assert window.read(16, 80).view(np.int64).tolist() == list(range(1, 11))
+    pinned = window._staging.buffer.ctypes.data
+    copies = fake.args("cuMemcpyHtoDAsync") + fake.args("cuMemcpyDtoHAsync")
+    assert len(copies) == 4 + 2 and all(pinned in args[:2] and args[3] == 0x999 for args in copies)

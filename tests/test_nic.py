@@ -568,6 +568,29 @@ assert (as_ndarray(big, "t", "big") == np.arange(20000) + 1000 * other).all()
 assert as_ndarray(words, "t", "words")[:4].tolist() == [10, 9, 0xFFFF ^ 0xF0F0, 41]
 assert as_ndarray(w32, "t", "w32").tolist() == [0x3333 & 0x0FF0, 0x3333]
 assert window.calls["read"] and window.calls["write"] and window.calls["atomic"] >= 6, window.calls
+# the cuda backend's host copies to other nodes (Transports.copy_span): from host memory by
+# its registration, and from this PE's heap, which the NIC reads through the window
+transports = runtime("t").transports
+landed, mine = pgas.zeros(6000, np.int64), np.arange(6000, dtype=np.int64) * (me + 2)
+at = runtime("t").heap.offset_of(as_ndarray(landed, "t", "d"), "t", "d")
+lkey, temporary = transports.local_key(mine)
+transports.copy_span("t", other, True, at, mine.ctypes.data, lkey, mine.nbytes)
+transports.recent.release(temporary)
+reads = window.calls["read"]
+transports.copy_span("t", other, True, at, as_ndarray(src, "t", "s").__array_interface__["data"][0], region.lkey, 800)
+assert window.calls["read"] > reads
+pgas.barrier_all()
+expected = np.arange(6000) * (other + 2)
+expected[:100] = np.arange(100) + 1000 * other
+assert (as_ndarray(landed, "t", "landed") == expected).all()
+back = np.zeros(6000, np.int64)
+lkey, temporary = transports.local_key(back)
+transports.copy_span("t", other, False, at, back.ctypes.data, lkey, back.nbytes)
+transports.recent.release(temporary)
+expected[:100] = np.arange(100) + 1000 * me
+expected[100:] = np.arange(100, 6000) * (me + 2)
+assert (back == expected).all()
+pgas.barrier_all()
 pgas.finalize()
 print("ok")
 """

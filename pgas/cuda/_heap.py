@@ -116,10 +116,8 @@ class GpuSymmetricHeap:
         span = array_span(arr, fn, what)
         offset = check_span(span, self.base, self.size, fn, what)
         if self.bases[pe] is None:
-            raise PgasError(
-                f"{fn}: PE {pe} is on another node: on the cuda backend, host put and get reach only the PEs "
-                "of this node (the copy engines between mapped heaps); from a kernel, pgas.device.put/get reach "
-                "it through the NIC (docs/transports.md)")
+            raise PgasError(f"{fn}: PE {pe} is on another node: its heap is not mapped here (only the NIC reaches "
+                            "it: put/get, docs/transports.md)")
         _, shape, strides, _ = span
         return device_array_at(self.bases[pe] + offset, shape, arr.dtype, strides, owner=self)
 

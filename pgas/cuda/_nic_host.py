@@ -7,8 +7,10 @@ DEVICEMAP; under unified addressing the GPU uses the host's addresses), whose ru
 the NIC polls (``Nic.poll``): a GPU thread cannot wake a CPU thread. The device state
 gets the NIC rows (``_nic_device.ROW``) and the heap's local key.
 
-The NIC thread has no view of GPU memory: ``GpuWindow`` copies bytes out and in on a
-stream of its own (non-blocking, so a kernel waiting for the NIC keeps running) and
+The NIC thread has no view of GPU memory: ``GpuWindow`` copies bytes out and in through
+pinned host memory of its own (``PinnedStaging``: the driver would stage a copy from
+pageable memory itself, synchronously), on a stream of its own (non-blocking, so a kernel
+waiting for the NIC keeps running), and
 applies atomics with a one-thread kernel, a system-scope compare-and-swap loop on
 ``mlx5.atomic_result`` (so they stay atomic with the device's own atomics on the word).
 The copies and the kernel need an SM and the copy engines while the user's kernels run:
@@ -19,16 +21,21 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 
 import numpy as np
 
 from ..core._errors import PgasError
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
+from ..nic._regions import ACCESS_LOCAL
 from ..transport._ibgda import DeviceQueue
 from ._driver import checked, create_stream, device_array_at, numba_stream, synchronize
 
-__all__ = ["PinnedMemory", "GpuWindow", "GpuQueues", "GpuNicPath", "atomic_kernel_source"]
+__all__ = ["PinnedMemory", "PinnedStaging", "GpuWindow", "GpuQueues", "GpuNicPath", "atomic_kernel_source",
+           "STAGING_BYTES"]
+
+STAGING_BYTES = 4 << 20     # pinned bytes through which GPU memory is copied, a piece at a time
 
 
 class PinnedMemory:
@@ -60,6 +67,54 @@ class PinnedMemory:
         for address in self._blocks:
             driver.cuMemFreeHost(address)
         self._blocks = []
+
+
+class PinnedStaging:
+    """``STAGING_BYTES`` of pinned host memory through which bytes go between GPU memory and
+    memory the CPU reads, a piece at a time: ``through``. With a ``nic`` the buffer is also
+    registered with it (``lkey``), so that the NIC reads and writes it. One user at a time
+    (``lock``). Made at ``init``, before any user kernel runs: a page-locked allocation may
+    wait for the GPU's running work, and the NIC's thread makes its copies while kernels
+    wait for it."""
+
+    def __init__(self, pinned: PinnedMemory, nic: Nic | None = None):
+        self._nic = nic
+        self.buffer = pinned(STAGING_BYTES, np.uint8)
+        self.region = nic.register(self.buffer, ACCESS_LOCAL) if nic is not None else None
+        self.lock = threading.Lock()
+
+    @property
+    def lkey(self) -> int:
+        """The buffer's local key at the NIC."""
+        return self.region.lkey
+
+    def through(self, address: int, nbytes: int, stream: int, to_gpu: bool, work, what: str) -> None:
+        """``nbytes`` between GPU memory at ``address`` and the buffer, a piece at a time on
+        ``stream``: ``work(offset, buffer address, length)`` fills piece ``offset`` of the
+        buffer before its copy to the GPU (``to_gpu``), else takes it after its copy from
+        the GPU. Each copy has landed before the buffer is used again; a failed one is a
+        PgasError naming ``what``."""
+        from cuda.bindings import driver
+
+        staging = self.buffer.ctypes.data
+        for offset in range(0, nbytes, STAGING_BYTES):
+            length = min(STAGING_BYTES, nbytes - offset)
+            if to_gpu:
+                work(offset, staging, length)
+                checked(driver.cuMemcpyHtoDAsync(address + offset, staging, length, stream),
+                        f"{what}: cuMemcpyHtoDAsync")
+            else:
+                checked(driver.cuMemcpyDtoHAsync(staging, address + offset, length, stream),
+                        f"{what}: cuMemcpyDtoHAsync")
+            synchronize(stream)
+            if not to_gpu:
+                work(offset, staging, length)
+
+    def close(self) -> None:
+        """Deregister the buffer (its memory goes with ``PinnedMemory.close``)."""
+        if self.region is not None:
+            self._nic.deregister(self.region)
+        self.buffer = self.region = None
 
 
 def atomic_kernel_source():
@@ -120,6 +175,7 @@ class GpuWindow:
         # user kernel runs (CUDA's lazy loading may wait for running kernels)
         self._launch(0, cell, (mlx5.OP_ATOMIC_FA, 0, 0, 0, 0), 8)   # add 0
         self._stream = None
+        self._staging = PinnedStaging(pinned)          # the NIC thread's alone
 
     def _ready(self) -> int:
         if self._stream is None:
@@ -129,23 +185,19 @@ class GpuWindow:
         return self._stream
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
-        from cuda.bindings import driver
-
-        stream = self._ready()
         host = np.empty(nbytes, np.uint8)
-        checked(driver.cuMemcpyDtoHAsync(host.ctypes.data, self.base + offset, nbytes, stream),
-                "pgas NIC: cuMemcpyDtoHAsync")
-        synchronize(stream)
+        self._staging.through(self.base + offset, nbytes, self._ready(), False,
+                              lambda start, staging, length: ctypes.memmove(host.ctypes.data + start, staging, length),
+                              "pgas NIC")
         return host
 
     def write(self, offset: int, data: np.ndarray) -> None:
-        from cuda.bindings import driver
-
-        stream = self._ready()
+        """``data`` into GPU memory at ``offset``, landed on return, before the next request
+        (a flag never lands before its data)."""
         data = np.ascontiguousarray(data, np.uint8)
-        checked(driver.cuMemcpyHtoDAsync(self.base + offset, data.ctypes.data, data.size, stream),
-                "pgas NIC: cuMemcpyHtoDAsync")
-        synchronize(stream)      # landed before the next request (a flag never before its data)
+        self._staging.through(self.base + offset, data.size, self._ready(), True,
+                              lambda start, staging, length: ctypes.memmove(staging, data.ctypes.data + start, length),
+                              "pgas NIC")
 
     def atomic(self, offset: int, opcode: int, operands: list, size: int) -> int:
         return self._launch(self._ready(), self.base + offset, (opcode, *operands), size)
@@ -205,25 +257,29 @@ class GpuQueues:
 
 class GpuNicPath:
     """The GPU-initiated path of one PE on cuda: pinned memory, the ``window`` through which
-    the NIC reaches the GPU heap, and the GPU's ``queues`` to every PE ``nic`` reaches.
+    the NIC reaches the GPU heap, the GPU's ``queues`` to every PE ``nic`` reaches, and the
+    ``staging`` through which host put/get move device memory outside the heap.
     Made by ``GpuSymmetricHeap.attach_nic``; what a failed step made is released."""
 
     def __init__(self, nic: Nic, region, heap, n_pes: int):
-        self.pinned = self.window = self.queues = None
+        self.pinned = self.window = self.queues = self.staging = None
         try:
             self.pinned = PinnedMemory()
             self.window = GpuWindow(heap.base, heap.device, self.pinned)
             self.queues = GpuQueues(nic, self.pinned, region.lkey, heap.state, n_pes)
+            self.staging = PinnedStaging(self.pinned, nic)    # host RMA of device memory outside the heap
         except BaseException:
             self.close(nic)
             raise
 
     def close(self, nic: Nic) -> None:
         """After the NIC thread has stopped reading the queues and the heap."""
+        if self.staging is not None:
+            self.staging.close()
         if self.queues is not None:
             self.queues.close(nic)
         if self.window is not None:
             self.window.close()
         if self.pinned is not None:
             self.pinned.close()
-        self.pinned = self.window = self.queues = None
+        self.pinned = self.window = self.queues = self.staging = None

@@ -1,8 +1,9 @@
 """Host operations of the cuda backend, ordered on a stream.
 
 Data moves between the node's PEs with the copy engines (``cuMemcpyAsync`` between IPC
-mapped heaps). Everything that must act on the device side (signal updates, waits,
-team barriers, collectives) is a small kernel over ``pgas.device`` launched on the
+mapped heaps), and to PEs on other nodes through the NIC (``copy_with``). Everything that
+must act on the device side (signal updates, waits, team barriers, collectives) is a
+small kernel over ``pgas.device`` launched on the
 stream, as NVSHMEM's ``*_on_stream`` calls are, so host and device operations of all
 PEs share one set of signal words and barrier epochs.
 
@@ -31,8 +32,8 @@ from ..runtime._arrays import array_span
 from ..runtime._failure import device_error_behind
 from ..runtime._state import runtime
 
-__all__ = ["copy", "signal_op", "signal_wait_until", "signal_fetch", "atomic", "quiet", "flush", "team_barrier",
-           "collective"]
+__all__ = ["copy", "copy_with", "signal_op", "signal_wait_until", "signal_fetch", "atomic", "quiet", "flush",
+           "team_barrier", "collective"]
 
 COLLECTIVE_THREADS = 512   # one block runs a host-called collective
 
@@ -73,6 +74,21 @@ def copy(dst, src, nelems: int, stream, fn: str, nbi: bool = False) -> None:
         checked(driver.cuMemcpyAsync(dst_address, src_address, nbytes, handle), f"{fn}: cuMemcpyAsync")
     if not nbi:
         _finish(handle, stream, fn)
+
+
+def copy_with(pe: int, to_peer: bool, sym, other, nelems: int, stream, fn: str, nbi: bool) -> None:
+    """Copy ``nelems`` elements between local ``other`` and PE ``pe``'s copy of symmetric
+    ``sym`` (into it when ``to_peer``): with the copy engines where its heap is mapped
+    here, else through the NIC after the stream's work (``_remote_rma``: the host waits
+    for the stream, and the copy is complete on return)."""
+    rt = runtime(fn)
+    if rt.transports.through_nic(fn, pe):
+        from ..cuda import _remote_rma
+        _wait(_handle(stream, fn), fn)       # the NIC reads what the stream's work wrote
+        _remote_rma.copy(rt.transports, rt.heap, fn, pe, to_peer, sym, other, nelems)
+        return
+    theirs = rt.heap.view_on(pe, sym, fn, "dest" if to_peer else "src")
+    copy(*((theirs, other) if to_peer else (other, theirs)), nelems, stream, fn, nbi=nbi)
 
 
 def _check_reachable(pe: int, fn: str, what: str) -> None:

@@ -355,8 +355,9 @@ def register_buffer(a):
     emulated NIC until ``unregister_buffer``: ``put_nbi``/``get_nbi`` to PEs on other nodes
     then use it in place and return once posted, completing at ``quiet`` (an unregistered
     numpy array is registered just for the call, so those calls complete before returning).
-    Within a node, and on the cuda backend (whose copy engines reach any memory), the
-    calls behave as without registration: there it is checked bookkeeping only.
+    Within a node, and on the cuda backend (whose copy engines reach any memory, and whose
+    copies to other nodes complete on return), the calls behave as without registration:
+    there it is checked bookkeeping only.
 
     Parameters
     ----------

@@ -7,7 +7,9 @@ call returns; ``stream`` is accepted for source compatibility. The ``_nbi`` form
 same copies, except that through the NIC they return once the request is posted and
 complete at ``quiet``. On the cuda backend they are copy-engine copies between the
 IPC-mapped heaps, queued on ``stream`` (see ``_gpu_ops``); with no stream, ``put``/``get``
-are complete on return and the ``_nbi`` forms at ``quiet``. Every call also takes
+are complete on return and the ``_nbi`` forms at ``quiet``; to a PE on another node they
+wait for the stream, then go through the NIC and are complete on return
+(``pgas/cuda/_remote_rma.py``). Every call also takes
 nvshmem4py's keyword names (``dst=``, ``remote_pe=``; ``_keywords``).
 """
 from __future__ import annotations
@@ -34,8 +36,7 @@ def _copy(rt: Runtime, pe: int, to_peer: bool, sym, other, nelems: int, stream, 
     requests, and its queue pairs (``Transports.copy``)."""
     if rt.on_gpu:   # by address and byte count: the memory order is the arrays' own
         from . import _gpu_ops
-        theirs = rt.heap.view_on(pe, sym, fn, "dest" if to_peer else "src")
-        _gpu_ops.copy(*((theirs, other) if to_peer else (other, theirs)), nelems, stream, fn, nbi=nbi)
+        _gpu_ops.copy_with(pe, to_peer, sym, other, nelems, stream, fn, nbi)
     else:
         rt.transports.copy(fn, pe, to_peer, flat(sym, order), 1, flat(other, order), 1, 0, nelems, nbi, tickets,
                            lane)
@@ -149,7 +150,8 @@ def put_nbi(dest, src, pe: int, stream=None) -> None:
     not registered (``register_buffer``), the NIC can reach it only while the call lasts,
     so the copy completes before it returns. On
     the load/store path it is a copy issued at the call. On the cuda backend the copy is
-    queued on ``stream`` (without one: on the PE's internal stream) and not waited for.
+    queued on ``stream`` (without one: on the PE's internal stream) and not waited for;
+    to a PE on another node it is complete on return, as ``put``.
     """
     _put("pgas.put_nbi", dest, src, pe, stream, True)
 
@@ -262,11 +264,10 @@ def _blocks(fn: str, to_peer: bool, dest, src, dst_stride, src_stride, blocksize
         return
     if rt.on_gpu:
         from . import _gpu_ops
-        theirs = rt.heap.view_on(pe, sym, fn, "dest" if to_peer else "src")
         for b in range(nblocks):      # one copy per block, the last one waited for (without a stream)
-            parts = (theirs[b * sym_stride:b * sym_stride + blocksize],
-                     other[b * other_stride:b * other_stride + blocksize])
-            _gpu_ops.copy(*(parts if to_peer else parts[::-1]), blocksize, stream, fn, nbi=b < nblocks - 1)
+            _gpu_ops.copy_with(pe, to_peer, sym[b * sym_stride:b * sym_stride + blocksize],
+                               other[b * other_stride:b * other_stride + blocksize], blocksize, stream, fn,
+                               nbi=b < nblocks - 1)
     elif blocksize == 1:              # iput/iget: one strided copy
         rt.transports.copy(fn, pe, to_peer, sym, sym_stride, other, other_stride, 0, nblocks, False)
     else:

@@ -99,7 +99,8 @@ def put_signal_nbi(dest, src, signal, value, sig_op, pe: int, stream=None) -> No
     ``put_signal`` that returns once both are issued: complete at ``quiet`` (the data is
     still visible before the signal is). Through the NIC the put and the signal atomic are
     posted to one queue pair, delivered in order; the ``src`` rule of ``put_nbi`` applies.
-    On the cuda backend the copy and the signal kernel are queued, not waited for.
+    On the cuda backend the copy and the signal kernel are queued, not waited for (to a
+    PE on another node the copy is complete before the signal kernel is queued).
     """
     _put_signal("pgas.put_signal_nbi", dest, src, signal, value, sig_op, pe, stream, True)
 

@@ -1,4 +1,5 @@
-"""The GPU-initiated NIC path's per-message code compiled for the CPU (the simulator backend).
+"""The GPU-initiated NIC path's per-message code compiled for the CPU (the simulator backend's
+device threads and host calls; the cuda backend's host calls to other nodes).
 
 ``pgas/_ibgda_ir`` builds ``ibgda_post`` and ``ibgda_progress`` (the protocol and the WQE
 layout, shared with the cuda backend); here they get the CPU's memory model (LLVM atomics,

@@ -78,16 +78,19 @@ class Transports:
         GPU posts into, and a window through which the NIC reaches GPU memory). The GPU
         drives the NIC itself: there is no proxy path on cuda, so where ibgda is not chosen,
         or cannot be set up (said once), those PEs stay unreachable (the device's error
-        says why)."""
+        says why). Host put/get to them post on queue pairs of the host's (``Ibgda``, as
+        on the simulator; ``pgas/cuda/_remote_rma.py``)."""
         self.heap_region = self.nic.register_dmabuf(heap.dmabuf_fd(), heap.base, heap.size, ACCESS_REMOTE)
         self.nic.connect(self.heap_region, self.remote)     # collective: before anything that may fail here
         if not self.remote or self.remote_transport != "ibgda":
             return
         try:
+            # host put/get to those PEs: the host's own queue pairs, which the NIC's thread serves too
+            self.engine = self.engines["ibgda"] = Ibgda(self.nic, self.timeout)
             self.gpu_path = heap.attach_nic(self.nic, self.heap_region, boot.n_pes)
-        except PgasError as e:
-            sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path cannot be set up here ({e}); "
-                             f"PEs on other nodes are unreachable from this one\n")
+        except (PgasError, ImportError, OSError, RuntimeError) as e:    # (llvmlite cannot compile, too)
+            sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path cannot be set up here "
+                             f"({type(e).__name__}: {e}); PEs on other nodes are unreachable from this one\n")
             return
         self.heap_region.window = self.gpu_path.window     # the NIC reaches the heap from now on
         for pe in self.remote:
@@ -184,7 +187,7 @@ class Transports:
 
     # Helpers ------------------------------------------------------------------------
 
-    def _remote(self, fn: str, pe: int) -> bool:
+    def through_nic(self, fn: str, pe: int) -> bool:
         """True when PE ``pe`` is reached through the NIC; PgasError if not at all."""
         kind = self.kinds[pe]
         if kind == "unreachable":      # the device's check says the same
@@ -195,7 +198,7 @@ class Transports:
         """The address of symmetric ``local``'s element 0 in PE ``pe``'s registered heap."""
         return self.nic.remote[pe].base + self.heap.offset_of(local, fn, what)
 
-    def _local_key(self, data: np.ndarray):
+    def local_key(self, data: np.ndarray):
         """(lkey, temporary registration or None) for the local bytes of flat ``data`` (maybe
         strided) that the NIC reads or writes: the heap's own key, that of a buffer the user
         registered (``pgas.register_buffer``), or a registration of just their span, used
@@ -217,7 +220,7 @@ class Transports:
         contiguous piece each; when any of them is reached through the NIC the group's
         first thread does it all, in one request per PE (as a block-scoped put posts one
         WQE) rather than one per thread."""
-        if any(self._remote(fn, pe) for pe in pes):
+        if any(self.through_nic(fn, pe) for pe in pes):
             return (0, nelems) if rank == 0 else (0, 0)
         first = nelems * rank // size
         return first, nelems * (rank + 1) // size - first
@@ -234,7 +237,7 @@ class Transports:
             return
         s = sym[first * sym_stride:(first + count - 1) * sym_stride + 1:sym_stride]
         o = other[first * other_stride:(first + count - 1) * other_stride + 1:other_stride]
-        if not self._remote(fn, pe):
+        if not self.through_nic(fn, pe):
             theirs = self.heap.view_on(pe, s, fn, "dest" if to_peer else "src")
             if to_peer:
                 np.copyto(theirs, o)
@@ -249,7 +252,7 @@ class Transports:
         contiguous = s.flags.c_contiguous and o.flags.c_contiguous
         step = max(mlx5.MAX_MESSAGE // s.itemsize, 1) if contiguous else 1
         pieces = [(s[i:i + step], o[i:i + step]) for i in range(0, count, step)]
-        lkey, temporary = self._local_key(o)
+        lkey, temporary = self.local_key(o)
         blocking = not nbi or temporary is not None   # a temporary registration ends with the call
         # A blocking copy waits for each contiguous piece (a few of up to MAX_MESSAGE): a large
         # get's data may land after the answer to a later piece (ucx: its data comes by
@@ -257,11 +260,9 @@ class Transports:
         # complete in order: the last one done means all are.
         kept = tickets is not None and not blocking
         waited = [kept or blocking and (contiguous or index == len(pieces) - 1) for index in range(len(pieces))]
-        posted = [self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe,
-                                      self._raddr(pe, remote_part, fn, "dest" if to_peer else "src"),
-                                      laddr=local_part.__array_interface__["data"][0], lkey=lkey,
-                                      nbytes=local_part.nbytes, waited=waits, lane=lane)
-                   for (remote_part, local_part), waits in zip(pieces, waited)]
+        what = "dest" if to_peer else "src"
+        posted = self._post_copies(fn, pe, to_peer, [(self._raddr(pe, theirs, fn, what), mine.__array_interface__[
+            "data"][0], mine.nbytes) for theirs, mine in pieces], lkey, waited, lane)
         if kept:
             tickets.extend((self.engine, ticket) for ticket in posted)
         if blocking:
@@ -271,6 +272,25 @@ class Transports:
             finally:
                 if temporary is not None:
                     self.recent.release(temporary)
+
+    def _post_copies(self, fn: str, pe: int, to_peer: bool, pieces: list, lkey: int, waited: list,
+                     lane: int) -> list:
+        """Post a write (``to_peer``) or read per ``(raddr, laddr, nbytes)`` of ``pieces``
+        between PE ``pe``'s heap and local memory registered under ``lkey``; their tickets."""
+        return [self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe, raddr, laddr=laddr, lkey=lkey,
+                                   nbytes=nbytes, waited=waits, lane=lane)
+                for (raddr, laddr, nbytes), waits in zip(pieces, waited)]
+
+    def copy_span(self, fn: str, pe: int, to_peer: bool, offset: int, laddr: int, lkey: int, nbytes: int) -> None:
+        """``nbytes`` contiguous bytes between local address ``laddr`` (registered under
+        ``lkey``) and PE ``pe``'s heap at ``offset``: into it when ``to_peer``, else out of
+        it, a request per MAX_MESSAGE bytes, complete on return (the cuda backend's host
+        copies to other nodes, ``pgas/cuda/_remote_rma.py``)."""
+        base, step = self.nic.remote[pe].base + offset, mlx5.MAX_MESSAGE
+        pieces = [(base + start, laddr + start, min(step, nbytes - start)) for start in range(0, nbytes, step)]
+        posted = self._post_copies(fn, pe, to_peer, pieces, lkey, [True] * len(pieces), 0)
+        self._wait_each(fn, [(self.engine, ticket) for ticket in posted])
+        self.engine.raise_failures(fn)
 
     @staticmethod
     def _wait_each(fn: str, requests: list, on_answer=None) -> None:
@@ -315,7 +335,7 @@ class Transports:
         if kind == "ucx":
             self.engine.copy_now(fn, pe, raddr, laddr, local.nbytes, to_peer)
             return True
-        lkey, temporary = self._local_key(local)
+        lkey, temporary = self.local_key(local)
         try:
             self.engine.wait(fn, self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe, raddr, laddr=laddr,
                                                     lkey=lkey, nbytes=local.nbytes))
@@ -327,7 +347,7 @@ class Transports:
 
     def read(self, fn: str, pe: int, local: np.ndarray, what: str) -> np.ndarray:
         """PE ``pe``'s copy of contiguous symmetric ``local``: a view where mapped, else fetched."""
-        if not self._remote(fn, pe):
+        if not self.through_nic(fn, pe):
             return self.heap.view_on(pe, local, fn, what)
         out = np.empty_like(local)
         flat = local.reshape(-1)
@@ -338,7 +358,7 @@ class Transports:
 
     def store(self, fn: str, pe: int, word: np.ndarray, value, what: str) -> None:
         """PE ``pe``'s ``word[0] = value``; on the NIC an inline write, complete at ``quiet``."""
-        if not self._remote(fn, pe):
+        if not self.through_nic(fn, pe):
             self.heap.view_on(pe, word[:1], fn, what)[0] = value
             return
         item = word[:1]
@@ -361,7 +381,7 @@ class Transports:
 
     def load(self, fn: str, pe: int, word: np.ndarray, what: str, acquire: bool):
         """PE ``pe``'s ``word[0]`` (``acquire``: later loads see what was stored before it)."""
-        if not self._remote(fn, pe):
+        if not self.through_nic(fn, pe):
             theirs = self.heap.view_on(pe, word[:1], fn, what)
             return _cpu_atomics.load_acquire(theirs, fn, what) if acquire else theirs[0]
         return self.read(fn, pe, word[:1], what)[0]
@@ -369,7 +389,7 @@ class Transports:
     def rmw(self, fn: str, pe: int, word: np.ndarray, op: str, value, what: str, fetch: bool = True):
         """Atomic ``op`` (one of _cpu_atomics.RMW_OPS) on PE ``pe``'s ``word[0]``; the old value
         when ``fetch`` (else, through the NIC, nothing: complete at ``quiet``)."""
-        if not self._remote(fn, pe):
+        if not self.through_nic(fn, pe):
             return _cpu_atomics.rmw(self.heap.view_on(pe, word[:1], fn, what), op, value, fn, what)
         _cpu_atomics.check_word(word, fn, what, op)
         if op == "add" and word.dtype in _cpu_atomics.FLOAT_DTYPES:
@@ -391,14 +411,14 @@ class Transports:
             old = seen      # another PE's atomic came first: try again from what it left
 
     def compare_swap(self, fn: str, pe: int, word: np.ndarray, cond, value, what: str):
-        if not self._remote(fn, pe):
+        if not self.through_nic(fn, pe):
             return _cpu_atomics.compare_swap(self.heap.view_on(pe, word[:1], fn, what), cond, value, fn, what)
         _cpu_atomics.check_word(word, fn, what, "cas")
         return self._atomic(fn, pe, word, proxy.AMO_CAS, value, cond, what, True)
 
     def atomic_load(self, fn: str, pe: int, word: np.ndarray, what: str):
         """An atomic read of PE ``pe``'s ``word[0]`` (acquire)."""
-        if not self._remote(fn, pe):
+        if not self.through_nic(fn, pe):
             return _cpu_atomics.load_acquire(self.heap.view_on(pe, word[:1], fn, what), fn, what)
         _cpu_atomics.check_word(word, fn, what, "load")
         return self._atomic(fn, pe, word, proxy.AMO_FETCH, 0, 0, what, True)
@@ -406,7 +426,7 @@ class Transports:
     def word_loader(self, fn: str, pe: int, word: np.ndarray, what: str):
         """A function that reads PE ``pe``'s int64 ``word[0]`` atomically (acquire), for hot
         polling loops: a bound CPU load where it is mapped, else an atomic read through the NIC."""
-        if not self._remote(fn, pe):
+        if not self.through_nic(fn, pe):
             return _cpu_atomics.int64_word(self.heap.view_on(pe, word[:1], fn, what), fn, what)[0]
         return functools.partial(self.atomic_load, fn, pe, word[:1], what)
 
@@ -428,7 +448,7 @@ class Transports:
         through the NIC it is posted and its answer landed at ``quiet`` (OpenSHMEM's
         fetching ``_nbi`` atomics); where the word is mapped, and for a float add through
         the NIC (a loop of round trips), it is done now."""
-        if not self._remote(fn, pe) or (op == "add" and word.dtype in _cpu_atomics.FLOAT_DTYPES):
+        if not self.through_nic(fn, pe) or (op == "add" and word.dtype in _cpu_atomics.FLOAT_DTYPES):
             out[0] = (self.atomic_load(fn, pe, word, what) if op == "load" else
                       self.compare_swap(fn, pe, word, cond, value, what) if op == "cas" else
                       self.rmw(fn, pe, word, op, value, what, fetch=True))

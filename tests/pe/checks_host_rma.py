@@ -377,7 +377,7 @@ def _nic_key_of(local: np.ndarray):
     """(lkey, temporary registration or None) the transports would use for ``local`` as a
     NIC request's local side."""
     from pgas.runtime._state import runtime
-    return runtime("test").transports._local_key(local.ravel(order="K"))
+    return runtime("test").transports.local_key(local.ravel(order="K"))
 
 
 def _drop(temporary) -> None:
