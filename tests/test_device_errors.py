@@ -70,7 +70,7 @@ CASES = {
                         ("pgas.device.iput", np.zeros(4), "dest", -2, np.zeros(9), "src", 1, 2)),
     "SIGNAL": (dict(what="signal", why="uint64"), _checks.check_signal,
                ("pgas.device.signal_op", np.zeros(0, np.uint64))),
-    "UNREACHABLE": (dict(what="dest", why=_device_errors.UNREACHABLE_WHY, a=3), Transports._remote,
+    "UNREACHABLE": (dict(what="dest", why=_device_errors.UNREACHABLE_WHY, a=3), Transports.through_nic,
                     (SimpleNamespace(kinds={3: "unreachable"}), "pgas.device.put", 3)),
     "TEAM": (dict(what="team", a=7, b=1), team_of, (FakeRuntime(), 7, "pgas.device.barrier")),
     "LOCK_NOT_HELD": ({}, _sim.refuse, ("pgas.device.clear_lock", KIND["LOCK_NOT_HELD"])),
