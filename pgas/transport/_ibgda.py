@@ -162,9 +162,13 @@ class Ibgda:
         queue, start, op, size = ticket
         key = (queue.qp.qpn, start)
         try:
-            # a refused WQE's error is read before the floor passes it
-            self._sleep_until(fn, queue, start + 1, lambda: self._poll(queue) > start or key in self._failed,
-                              lambda: f"the NIC to complete the {OP_NAMES[op]} to PE {queue.peer}")
+            # a refused WQE's error is read before the floor passes it; with the native NIC
+            # the first rounds of progress are tried at once (most answers come within them)
+            done = lambda: self._poll(queue) > start or key in self._failed     # noqa: E731
+            if queue.native is None or not queue.native.progress_until(queue.row, start + 1, WAIT_SPINS) \
+                    or not done():
+                self._sleep_until(fn, queue, start + 1, done,
+                                  lambda: f"the NIC to complete the {OP_NAMES[op]} to PE {queue.peer}")
             if key in self._failed:
                 raise PgasError(mlx5.refusal(fn, *self._failed.pop(key)))
             if op >= AMO_ADD:
