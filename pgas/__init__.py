@@ -4,6 +4,8 @@
 imported, so import pgas first in programs not started by ``pgasrun``. The host API
 (``pgas.host``) is imported at the first use of one of its names.
 """
+import pkgutil as _pkgutil
+
 from .core._version import __version__
 
 from .core._backend import backend_name as _backend_name
@@ -17,8 +19,7 @@ except _PgasConfigError:
     pass  # a bad PGAS_BACKEND: pgas.init and pgas.device raise it; pgasrun and pgas-info report it
 
 
-_PACKAGES = {"bench", "check", "core", "cuda", "device", "host", "launcher", "nic", "runtime", "sim", "transport",
-             "wire"}
+_PACKAGES = {module.name for module in _pkgutil.iter_modules(__path__)}   # pgas's subpackages (listed, not imported)
 
 
 def _host_api() -> dict:
@@ -33,7 +34,7 @@ def _host_api() -> dict:
 
 
 def __getattr__(name: str):
-    """The host API, imported at its first use (with numba and MPI behind it): the
+    """The host API, imported at its first use (with numba behind it): the
     launcher's processes (``pgasrun``, the guard of each PE) import only ``pgas.launcher``
     and the core, half a second less each."""
     if name.startswith("__") and name != "__all__" or name in _PACKAGES:   # a subpackage: the import system's
@@ -42,7 +43,7 @@ def __getattr__(name: str):
     for key, value in _host_api().items():
         names.setdefault(key, value)
     if name == "__all__":        # ``from pgas import *``: every public name, as without one
-        return sorted(key for key in names if not key.startswith("_"))
+        return sorted(key for key in list(names) if not key.startswith("_"))
     if name not in names:
         raise AttributeError(f"module 'pgas' has no attribute {name!r}")
     return names[name]

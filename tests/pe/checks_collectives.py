@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import pgas
-from _util import on_simulator, pattern, reaches_other_nodes
+from _util import node_pes, on_simulator, pattern, reaches_other_nodes
 from pgas.core._reductions import OPS as UFUNCS
 
 DTYPES = [np.int32, np.int64, np.uint32, np.uint64, np.float16, np.float32, np.float64]
@@ -19,12 +19,12 @@ LARGE_DTYPES = (np.int64, np.float32)   # the largest size (several steps and pi
 SAMPLED_ACROSS_NODES = {"oneshot", "ring", "tree"}   # read members' data and poll their words through the NIC
 
 
-def algorithms(dtype, op: str) -> list:
-    """The algorithms to try for ``dtype`` and ``op``: all of them; across nodes the ones
-    that read every member's data through the NIC (each step a few ms there) only for
-    every op on int64 and float32 and every dtype with sum (their folds are the code every
-    combination runs on one node, where all of them run)."""
-    if not reaches_other_nodes() or op == "sum" or np.dtype(dtype) in (np.int64, np.float32):
+def algorithms(dtype, op: str, spans_nodes: bool) -> list:
+    """The algorithms to try for ``dtype`` and ``op`` on a team: all of them; on a team that
+    ``spans_nodes``, the ones that read every member's data through the NIC (each step a
+    few ms there) only for every op on int64 and float32 and every dtype with sum (their
+    folds are the code every combination runs within a node, where all of them run)."""
+    if not spans_nodes or op == "sum" or np.dtype(dtype) in (np.int64, np.float32):
         return ALGORITHMS
     return [a for a in ALGORITHMS if a not in SAMPLED_ACROSS_NODES]
 
@@ -101,7 +101,9 @@ def members(team) -> list:
 
 
 def check_reduce_every_op_dtype_size_algorithm_and_team():
-    made = teams()
+    """Every team x dtype x op x size x algorithm (on teams that span nodes, a sample of
+    the algorithms that read through the NIC: ``algorithms``)."""
+    made, here = teams(), set(node_pes())
     for dtype in DTYPES:
         for count in (c for c in SIZES if c < SIZES[-1] or dtype in LARGE_DTYPES):
             src, dest = pgas.empty(count, dtype), pgas.empty(count, dtype)   # (allocations are collective)
@@ -109,12 +111,13 @@ def check_reduce_every_op_dtype_size_algorithm_and_team():
                 if team is None:
                     continue
                 pes = members(team)
+                spans_nodes = not set(pes) <= here     # (the same on every member)
                 for op in OPS:
                     if op in ("and", "or", "xor") and np.dtype(dtype).kind == "f":
                         continue
                     src.copy_to_device(inputs(pgas.my_pe(), count, dtype, op))
                     want = expected(op, [inputs(pe, count, dtype, op) for pe in pes])
-                    for algorithm in algorithms(dtype, op):
+                    for algorithm in algorithms(dtype, op, spans_nodes):
                         dest.copy_to_device(np.full(count, 99, dtype))     # (members write only their own dest)
                         if not reduce_or_refuse(team, dest, src, op, algorithm):
                             continue
@@ -183,8 +186,10 @@ def check_float_all_reduce_folds_in_rank_order():
 
 def check_reduce_narrow_and_bool_dtypes_every_op_and_algorithm():
     """int8, uint8, int16, uint16 and bool: integers wrap as numpy's do; on bool sum is
-    or, prod is and (numpy's add and multiply on bool). reducescatter too."""
+    or, prod is and (numpy's add and multiply on bool). reducescatter too. Across nodes,
+    the algorithms that read through the NIC on a sample (``algorithms``)."""
     me, n = pgas.my_pe(), pgas.n_pes()
+    spans_nodes = reaches_other_nodes()
     world = pgas.TEAM_WORLD
     for dtype in NARROW_DTYPES:
         for op in OPS:
@@ -193,7 +198,7 @@ def check_reduce_narrow_and_bool_dtypes_every_op_and_algorithm():
                 dest = pgas.empty(count * n, dtype)
                 src.copy_to_device(full_range(me, count * n, dtype))
                 want = expected_wrapped(op, [full_range(pe, count * n, dtype) for pe in range(n)])
-                for algorithm in algorithms(dtype, op):
+                for algorithm in algorithms(dtype, op, spans_nodes):
                     dest.copy_to_device(np.zeros(count * n, dtype))
                     if not reduce_or_refuse(world, dest, src, op, algorithm):
                         continue
