@@ -27,6 +27,7 @@ from cuda.bindings import driver
 import pgas
 from pgas.cuda import _heap as _gpu_heap, _state_block as _gpu_state
 from pgas.host import _gpu_ops, _memory
+from pgas.nic._regions import MemoryRegion
 from pgas.runtime import _state as _runtime
 
 SUCCESS = driver.CUresult.CUDA_SUCCESS
@@ -362,7 +363,7 @@ class _NicTransports:
 
         self.remote, self.spans, self.fake, self.registered = remote.view(np.uint8), [], fake, None
         self.kinds = ["self", "p2p", "ibgda", "unreachable"]
-        self.heap_region = SimpleNamespace(lkey=0x11)
+        self.heap_region = MemoryRegion(HEAP_BASE, HEAP_SIZE, 0x11, 0, 0, window=object())    # the GPU heap
         nic = SimpleNamespace(register=lambda view, access: SimpleNamespace(lkey=0x33), deregister=lambda region: None)
         self.gpu_path = SimpleNamespace(staging=PinnedStaging(PinnedMemory(), nic))
         self.recent = SimpleNamespace(release=lambda registration: self.spans.append(("released", registration)))
@@ -391,7 +392,7 @@ def nic_runtime(fake_runtime, fake, monkeypatch):
     0x40 the symmetric array's bytes); the fake driver's copies move real bytes."""
     from pgas.cuda import _nic_host
 
-    fake_runtime.heap = SimpleNamespace(base=HEAP_BASE, size=HEAP_SIZE, stream=INTERNAL,
+    fake_runtime.heap = SimpleNamespace(stream=INTERNAL,
                                         offset_of=lambda arr, fn, what: 0x40)
     fake.answers["cuMemcpyDtoHAsync"] = lambda host, device, nbytes, stream: ctypes.memmove(host, device, nbytes)
     fake.answers["cuMemcpyHtoDAsync"] = lambda device, host, nbytes, stream: ctypes.memmove(device, host, nbytes)

@@ -30,7 +30,7 @@ def copy(transports, heap, fn: str, pe: int, to_peer: bool, sym, other, nelems: 
         return
     offset = heap.offset_of(sym, fn, "dest" if to_peer else "src")
     address = array_span(other, fn, "src" if to_peer else "dest")[0]
-    if heap.base <= address and address + nbytes <= heap.base + heap.size:   # the NIC's window reaches it
+    if transports.heap_region.slice(address, nbytes) is not None:     # in the heap: the NIC's window
         transports.copy_span(fn, pe, to_peer, offset, address, transports.heap_region.lkey, nbytes)
     elif isinstance(other, np.ndarray):
         local = other.ravel(order="K")[:nelems]      # a view, in memory order (C or Fortran)
