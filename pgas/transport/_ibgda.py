@@ -185,7 +185,7 @@ class Ibgda:
             if pes is not None and queue.peer not in pes:
                 continue
             last = queue.counter("last")      # the newest published WQE's index + 1
-            if last:
+            if last and self._poll(queue) < last:
                 self._sleep_until(fn, queue, last, lambda: self._poll(queue) >= last,
                                   lambda: f"the NIC to complete {last - queue.counter('floor')} basic blocks "
                                           f"of WQEs to PE {queue.peer}")

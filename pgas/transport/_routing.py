@@ -473,9 +473,10 @@ class Transports:
     def quiet(self, fn: str, pes=None) -> None:
         """Complete every operation this PE issued through the NIC (to the PEs in set
         ``pes``; all when None), and land the answers of its posted fetching atomics."""
-        with self._fetches_lock:
-            fetches = [f for f in self._fetches if pes is None or f[4] in pes]
-            self._fetches = [f for f in self._fetches if pes is not None and f[4] not in pes]
-        self._land(fn, fetches)
+        if self._fetches:       # (one posted by another thread meanwhile is not this quiet's)
+            with self._fetches_lock:
+                fetches = [f for f in self._fetches if pes is None or f[4] in pes]
+                self._fetches = [f for f in self._fetches if pes is not None and f[4] not in pes]
+            self._land(fn, fetches)
         for engine in self.engines.values():
             engine.quiet(fn, pes)

@@ -281,12 +281,12 @@ class Ucx:
         self.flush()            # (it may wait in a batch)
         slot = ticket % CAPACITY
         mark = self.columns[target.C_DONE, slot:slot + 1]
-        handle = self.worker.handle
-        if self.worker.progress_until(handle, mark, ticket + 1, WAIT_SPINS):
+        handle, waiters = self.worker.handle, self.worker.waiters
+        if self.worker.progress_until(handle, waiters, mark, ticket + 1, WAIT_SPINS):
             return
         heartbeat = _job.Heartbeat(fn, time.monotonic(), lambda: pes)
         pause = 0.0
-        while not self.worker.progress_until(handle, mark, ticket + 1, WAIT_SPINS):
+        while not self.worker.progress_until(handle, waiters, mark, ticket + 1, WAIT_SPINS):
             now = time.monotonic()
             if now > deadline:
                 raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for}")

@@ -397,17 +397,20 @@ def sleeping(table, asleep):
 
 
 @njit(cache=True)
-def progress_until(worker, table, keys, wqes, word, value, spins):
+def progress_until(worker, waiters, table, keys, wqes, word, value, spins):
     """Send what rung doorbells announce (a waiter does not wait for the progress thread
     to), then progress the worker until ``table[word] >= value``, at most ``spins`` rounds
-    (yielding the core between empty ones); True when it got there. Keeps the interpreter
-    lock, as the ucx engine's waits do (``_worker.progress_until``)."""
+    (yielding the core between empty ones); True when it got there. Counted in
+    ``waiters[0]`` and keeps the interpreter lock, as the ucx engine's waits
+    (``_worker.progress_until``)."""
+    waiters[0] += 1
     for _ in range(spins):
         drain_rung(table, keys, wqes)
         if table[word] >= value:
-            return True
+            break
         if _native.ucp_worker_progress(worker) == 0:
             _native.sched_yield()
+    waiters[0] -= 1
     return table[word] >= value
 
 

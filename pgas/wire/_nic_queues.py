@@ -101,7 +101,8 @@ class NicQueues:
         start below block ``floor`` are complete (``q`` -1: until ``completions()`` has
         passed ``floor``); True when they are."""
         word = G_COMPLETIONS if q < 0 else self._row(q) + Q_DONE
-        return code.progress_until(self.worker.handle, self.table, self.nic.keys.rows, self._wqes, word, floor, spins)
+        return code.progress_until(self.worker.handle, self.worker.waiters, self.table, self.nic.keys.rows,
+                                   self._wqes, word, floor, spins)
 
     def close(self) -> None:
         """After every PE is done with this one (a barrier): the worker, its thread, its endpoints."""

@@ -25,7 +25,7 @@ from ._batch import B_SLEEPING, B_STAGED
 
 __all__ = ["Worker", "WAIT_SPINS", "WAIT_MAX_PAUSE_S", "next_wait_pause"]
 
-_STOP, _EFD, _WORKER = 0, 1, 2      # words of the progress thread's state
+_STOP, _EFD, _WORKER, _WAITERS = 0, 1, 2, 3     # words of the progress thread's state
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
 # How long the thread keeps looking (yielding the core) after a message before it sleeps:
 # _HOT_NS, and _HOT_SENDING_NS once it has sent what rung doorbells announced (the native
@@ -66,7 +66,10 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
     moderation does, then sleep on the events. While requests wait in ``batches``, stay
     awake and send each batch once it is stale. While
     awake, send what the native NIC's doorbells announce (``doorbells``, ``keys``, ``wqes``:
-    ``_nic_code.drain_rung``; rung while it sleeps, the ringing thread sends them)."""
+    ``_nic_code.drain_rung``; rung while it sleeps, the ringing thread sends them). While
+    a thread waits in ``progress_until`` (``state[_WAITERS]``) and this one has not sent
+    doorbells' WQEs, leave the worker to the waiter: sleep on the events at once, and
+    the progress made meanwhile does not keep it awake."""
     worker = state[_WORKER]
     timespec, pause = np.zeros(2, np.int64), np.zeros(2, np.int64)
     last = batch.now_ns(timespec)
@@ -75,10 +78,12 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
     while state[_STOP] == 0:
         progressed = _native.ucp_worker_progress(worker) != 0
         sent = nic_code.drain_rung(doorbells, keys, wqes)     # (doorbells even while busy)
+        waited_on = state[_WAITERS] != 0 and window == _HOT_NS     # (a sender stays hot)
         if sent or progressed:
-            last = batch.now_ns(timespec)
             if sent:
-                window = _HOT_SENDING_NS
+                last, window = batch.now_ns(timespec), _HOT_SENDING_NS
+            elif not waited_on:         # (answers a waiter polls for itself do not keep it hot)
+                last = batch.now_ns(timespec)
             continue
         if state[_STOP] != 0:
             break
@@ -88,7 +93,7 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
                 pause[0], pause[1] = 0, wait
                 _native.nanosleep(pause.ctypes.data, 0)
             continue
-        if batch.now_ns(timespec) - last < window:
+        if not waited_on and batch.now_ns(timespec) - last < window:
             _native.sched_yield()
             continue
         batches[B_SLEEPING] = 1      # a thread that stages from now on sends at once
@@ -102,16 +107,19 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
 
 
 @njit(cache=True)
-def progress_until(worker, word, value, spins):
+def progress_until(worker, waiters, word, value, spins):
     """Progress until ``word[0] >= value``, at most ``spins`` rounds (yielding the
-    core between empty ones); True when it got there. It keeps the interpreter lock:
-    a bounded wait, and a simulated thread that let the lock go would wait for numba's
-    polling loop to hand it back (up to the 5 ms switch interval)."""
+    core between empty ones); True when it got there. Counted in ``waiters[0]``
+    (``Worker.waiters``: the progress thread leaves the worker to it meanwhile). It keeps the interpreter
+    lock: a bounded wait, and a simulated thread that let the lock go would wait for
+    numba's polling loop to hand it back (up to the 5 ms switch interval)."""
+    waiters[0] += 1         # (waiters hold the interpreter lock: one at a time)
     for _ in range(spins):
         if word[0] >= value:
-            return True
+            break
         if _native.ucp_worker_progress(worker) == 0:
             _native.sched_yield()
+    waiters[0] -= 1
     return word[0] >= value
 
 
@@ -149,7 +157,8 @@ class Worker:
         self.handle = worker.value
         efd = ctypes.c_int()
         ucp.check(lib.ucp_worker_get_efd(self.handle, ctypes.addressof(efd)), "ucp_worker_get_efd")
-        self.state = np.array([0, efd.value, self.handle], np.int64)
+        self.state = np.array([0, efd.value, self.handle, 0], np.int64)
+        self.waiters = self.state[_WAITERS:_WAITERS + 1]    # for ``progress_until``
         self._comm = comm
         self._addresses: dict[int, bytes] = {}      # peers' worker addresses, for more endpoints
         self._more_endpoints: list[int] = []         # made by connect_again, closed with the worker
