@@ -106,16 +106,20 @@ def check_names(module: str) -> list[str]:
             if isinstance(node, ast.FunctionDef) and node.name.startswith("check_")]
 
 
-_suite_results: dict[tuple[str, int, tuple], dict] = {}
+_suite_results: dict[tuple, dict] = {}
 
 
-def pe_suite(module: str, n: int, options=(), env=None) -> dict:
-    """Run every check of tests/pe/<module>.py on n PEs (once per session); per-PE results."""
-    key = (module, n, tuple(options), tuple(sorted((env or {}).items())))
+def pe_suite(modules, n: int, options=(), env=None) -> dict:
+    """Run every check of tests/pe/<module>.py for each of ``modules`` (a name, or names
+    to run in one job, in that order) on n PEs, once per session: ``{"proc": the finished
+    job, "per_pe": {pe: {module: {check: outcome}}}}``."""
+    modules = (modules,) if isinstance(modules, str) else tuple(modules)
+    key = (modules, n, tuple(options), tuple(sorted((env or {}).items())))
     if key not in _suite_results:
         with tempfile.TemporaryDirectory() as results_dir:
-            proc = pgasrun(n, sys.executable, str(PE_DIR / "runner.py"), str(PE_DIR / f"{module}.py"),
-                           results_dir, options=options, env=env)
+            proc = pgasrun(n, sys.executable, str(PE_DIR / "runner.py"), results_dir,
+                           *(str(PE_DIR / f"{module}.py") for module in modules), options=options, env=env,
+                           timeout=240 + 120 * (len(modules) - 1))
             per_pe = {}
             for path in glob.glob(os.path.join(results_dir, "pe*.json")):
                 with open(path) as f:
@@ -124,16 +128,19 @@ def pe_suite(module: str, n: int, options=(), env=None) -> dict:
     return _suite_results[key]
 
 
-def assert_check_passed(module: str, n: int, name: str, options=(), env=None) -> None:
-    suite = pe_suite(module, n, options, env)
+def assert_check_passed(module: str, n: int, name: str, options=(), env=None, together=None) -> None:
+    """Check ``name`` of tests/pe/<module>.py passed on every one of n PEs; run in one job
+    with the modules ``together`` (a sequence holding ``module``; default: alone)."""
+    suite = pe_suite(together or (module,), n, options, env)
     proc, per_pe = suite["proc"], suite["per_pe"]
     if len(per_pe) != n:
-        pytest.fail(f"the {module} suite did not finish on {n} PEs (exit {proc.returncode}):\n"
-                    f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    skipped = {r.get(name) for r in per_pe.values() if str(r.get(name)).startswith("skipped:")}
+        pytest.fail(f"the {', '.join(together or (module,))} suites did not finish on {n} PEs (exit "
+                    f"{proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    outcomes = {pe: r[module].get(name) for pe, r in per_pe.items()}
+    skipped = {o for o in outcomes.values() if str(o).startswith("skipped:")}
     if skipped:
         pytest.skip(skipped.pop()[len("skipped: "):])
-    failures = {pe: r[name] for pe, r in sorted(per_pe.items()) if r.get(name) != "ok"}
+    failures = {pe: o for pe, o in sorted(outcomes.items()) if o != "ok"}
     if failures:
         pytest.fail("\n".join(f"PE {pe}:\n{text}" for pe, text in failures.items()))
 

@@ -96,7 +96,7 @@ def test_suite_programs_run_clean_under_the_checker(module, n, options, clean_sh
     proc = suite["proc"]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert "pgas check: no problems found" in proc.stderr, proc.stderr[-6000:]
-    failed = {pe: {k: v for k, v in r.items() if v != "ok" and not v.startswith("skipped")}
+    failed = {pe: {k: v for k, v in r[module].items() if v != "ok" and not v.startswith("skipped")}
               for pe, r in suite["per_pe"].items()}
     assert len(failed) == n and not any(failed.values()), failed
 

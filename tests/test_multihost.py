@@ -89,25 +89,29 @@ def test_shift_and_ring_between_two_hosts(two_hosts):
     assert "the message came back round 3 PEs carrying 3 (expected 3)" in ring.stdout, ring.stdout
 
 
-SUITES_BETWEEN_HOSTS = [("ibgda", module) for module in ("checks_device_rma", "checks_atomics", "checks_signals")] + [
-    ("ucx", module) for module in ("checks_host_rma", "checks_device_rma", "checks_atomics", "checks_signals")]
+SUITES_BETWEEN_HOSTS = {"ibgda": ("checks_device_rma", "checks_atomics", "checks_signals"),
+                        "ucx": ("checks_host_rma", "checks_device_rma", "checks_atomics", "checks_signals")}
 
 
-@pytest.mark.parametrize("transport,module", SUITES_BETWEEN_HOSTS, ids=[f"{t}-{m}" for t, m in SUITES_BETWEEN_HOSTS])
-def test_pe_suites_between_two_hosts(two_hosts, tmp_path, transport, module):
+@pytest.mark.parametrize("transport", SUITES_BETWEEN_HOSTS)
+def test_pe_suites_between_two_hosts(two_hosts, tmp_path, transport):
+    """The modules of a transport in one job (tests/pe/runner.py), 4 PEs as 2 per host."""
     import glob
     import json
-    proc = _on_two_hosts(two_hosts, 4, sys.executable, str(PE_DIR / "runner.py"), str(PE_DIR / f"{module}.py"),
-                         str(tmp_path), env={"PGAS_REMOTE_TRANSPORT": transport})
+    modules = SUITES_BETWEEN_HOSTS[transport]
+    proc = _on_two_hosts(two_hosts, 4, sys.executable, str(PE_DIR / "runner.py"), str(tmp_path),
+                         *(str(PE_DIR / f"{module}.py") for module in modules),
+                         env={"PGAS_REMOTE_TRANSPORT": transport})
     results = {}
     for path in glob.glob(str(tmp_path / "pe*.json")):
         with open(path) as f:
             results[path] = json.load(f)
     assert len(results) == 4, proc.stdout[-3000:] + proc.stderr[-3000:]
-    failed = {(path, name): r for path, per_pe in results.items() for name, r in per_pe.items()
-              if r != "ok" and not r.startswith("skipped")}
+    failed = {(path, module, name): r for path, per_pe in results.items() for module, outcomes in per_pe.items()
+              for name, r in outcomes.items() if r != "ok" and not r.startswith("skipped")}
     assert not failed, failed
-    assert all(set(per_pe) == set(check_names(module)) for per_pe in results.values())
+    assert all({module: set(outcomes) for module, outcomes in per_pe.items()}
+               == {module: set(check_names(module)) for module in modules} for per_pe in results.values())
 
 
 ONE_CHECK = """

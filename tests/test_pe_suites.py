@@ -48,13 +48,31 @@ REMOTE_CASES = [(transport, module, n, per_node, name) for transport, layouts in
                 for name in check_names(module)]
 
 
+def job(module: str, n: int, transport=None, per_node=None) -> tuple:
+    """The job a module's checks run in: (PEs, transport, PEs per node, extra environment)."""
+    return n, transport, per_node, tuple(MODULES[module][1].items())
+
+
+# The modules that run in one job (each job's start-up is seconds on these 2 cores), in
+# MODULES' order: job -> modules.
+JOBS: dict[tuple, list] = {}
+for _key, _module in [(job(m, n), m) for m, n, _ in CASES] + [(job(m, n, t, k), m) for t, m, n, k, _ in REMOTE_CASES]:
+    if _module not in JOBS.setdefault(_key, []):
+        JOBS[_key].append(_module)
+
+
+def together(module: str, n: int, transport=None, per_node=None) -> list:
+    return JOBS[job(module, n, transport, per_node)]
+
+
 @pytest.mark.parametrize("module,n,name", CASES, ids=[f"{m}-{n}pe-{c}" for m, n, c in CASES])
 def test_on_pes(module, n, name):
-    assert_check_passed(module, n, name, env=MODULES[module][1])
+    assert_check_passed(module, n, name, env=MODULES[module][1], together=together(module, n))
 
 
 @pytest.mark.parametrize("transport,module,n,per_node,name", REMOTE_CASES,
                          ids=[f"{t}-{m}-{n}pe-{k}per-node-{c}" for t, m, n, k, c in REMOTE_CASES])
 def test_across_nodes(transport, module, n, per_node, name):
     assert_check_passed(module, n, name, options=("--pes-per-node", str(per_node)),
-                        env={**MODULES[module][1], **transport_env(transport)})
+                        env={**MODULES[module][1], **transport_env(transport)},
+                        together=together(module, n, transport, per_node))

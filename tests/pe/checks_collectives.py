@@ -17,16 +17,21 @@ LARGE_DTYPES = (np.int64, np.float32)   # the largest size (several steps and pi
 
 
 SAMPLED_ACROSS_NODES = {"oneshot", "ring", "tree"}   # read members' data and poll their words through the NIC
+EVERY_COMBINATION_PES = (2, 4)     # every algorithm on every op x dtype: teams of 1, 2 and 4 members
 
 
 def algorithms(dtype, op: str, spans_nodes: bool) -> list:
-    """The algorithms to try for ``dtype`` and ``op`` on a team: all of them; on a team that
-    ``spans_nodes``, the ones that read every member's data through the NIC (each step a
-    few ms there) only for every op on int64 and float32 and every dtype with sum (their
-    folds are the code every combination runs within a node, where all of them run)."""
-    if not spans_nodes or op == "sum" or np.dtype(dtype) in (np.int64, np.float32):
+    """The algorithms to try for ``dtype`` and ``op`` on a team: all of them on 2 and 4 PEs
+    of one node; elsewhere all of them for every op on int64 and float32 and every dtype
+    with sum, and for the other combinations on a team that ``spans_nodes`` those that do
+    not read every member's data through the NIC (each step a few ms there), and on 1, 3
+    and 5 PEs "auto" only. An op's fold on a dtype is the same code for any number of
+    members; what the number changes (each algorithm's steps and pieces) the sample runs."""
+    if op == "sum" or np.dtype(dtype) in (np.int64, np.float32):
         return ALGORITHMS
-    return [a for a in ALGORITHMS if a not in SAMPLED_ACROSS_NODES]
+    if spans_nodes:
+        return [a for a in ALGORITHMS if a not in SAMPLED_ACROSS_NODES]
+    return ALGORITHMS if pgas.n_pes() in EVERY_COMBINATION_PES else ["auto"]
 
 
 def reduce_or_refuse(team, dest, src, op: str, algorithm: str) -> bool:
@@ -101,8 +106,8 @@ def members(team) -> list:
 
 
 def check_reduce_every_op_dtype_size_algorithm_and_team():
-    """Every team x dtype x op x size x algorithm (on teams that span nodes, a sample of
-    the algorithms that read through the NIC: ``algorithms``)."""
+    """Every team x dtype x op x size x algorithm on 2 and 4 PEs of one node (a sample
+    elsewhere: ``algorithms``)."""
     made, here = teams(), set(node_pes())
     for dtype in DTYPES:
         for count in (c for c in SIZES if c < SIZES[-1] or dtype in LARGE_DTYPES):
