@@ -147,6 +147,7 @@ def test_an_allocation_one_pe_makes_alone_is_an_error_at_once_naming_the_pes_and
 
 
 DIFFERENT_COLLECTIVES = """
+import time
 import numpy as np
 import pgas
 pgas.init()
@@ -162,6 +163,7 @@ try:
     call()
 except pgas.PgasTimeoutError as error:
     print(error, flush=True)
+    time.sleep(1)   # the other PE's wait times out too before this PE fails below and the run ends
 call()          # its requests may still be active: it must not start them again
 pgas.finalize()
 """
@@ -171,8 +173,9 @@ def test_small_collectives_that_differ_across_nodes_time_out_naming_the_call(tmp
     # Across nodes they are one exchange of MPI messages (host/_mpi_exchange.py), a tag per
     # collective: with one tag for all, these two calls would match each other's messages
     # and both return wrong data. A call that timed out refuses to run again. (pgasrun stops
-    # the run 0.2 s after the first PE fails: the PEs' waits must start together for the
-    # second PE's timeout to be seen too.)
+    # the run 0.2 s after the first PE fails: the PEs' waits start together, and each PE
+    # waits a second after its timeout, for the second PE's timeout to be seen too; without
+    # that second a loaded machine's skew between the PEs failed it once.)
     proc = run_script(tmp_path, 2, DIFFERENT_COLLECTIVES, options=["--pes-per-node", "1"], env={"PGAS_TIMEOUT": "3"})
     assert proc.returncode == 1, proc.stderr
     assert ("pgas.fcollect: waited PGAS_TIMEOUT=3 s for the other members of the team (PEs [1]) to make the same "

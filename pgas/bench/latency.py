@@ -10,10 +10,15 @@ closest MPI has to a symmetric heap; pgas and MPI in turn at each size. Each fig
 best mean of several repetitions; ``MPI/pgas`` above 1 means pgas is faster. While PE 0
 measures, PE 1 waits in a barrier (pgas's, which sleeps, while pgas is timed; MPI's while
 MPI is, as passive-target RMA may need the target inside MPI).
+
+``--stretches N`` then times N stretches of 1000 8-byte put+quiet calls each way and
+prints each stretch's median: a best mean hides stretches where the threads of both PEs
+landed badly on the cores (docs/benchmarks.md, session 16).
 """
 from __future__ import annotations
 
 import argparse
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -47,9 +52,41 @@ def _mpi_figures(win, size: int, iterations: int) -> tuple[float, float]:
     return best_seconds(put, iterations), best_seconds(get, iterations)
 
 
+def _stretch_medians(call, stretches: int, calls: int = 1000) -> np.ndarray:
+    """The median time of ``call`` in each of ``stretches`` runs of ``calls`` calls."""
+    times = np.empty((stretches, calls))
+    clock = time.perf_counter
+    for s in range(stretches):
+        for i in range(calls):
+            start = clock()
+            call()
+            times[s, i] = clock() - start
+    return np.median(times, axis=1)
+
+
+def _stretches(dest, win, stretches: int) -> None:
+    """PE 0: the stretch medians of an 8-byte put+quiet, pgas's then MPI's (collective)."""
+    me, comm = pgas.my_pe(), MPI.COMM_WORLD
+    src, target = np.ones(8, np.uint8), dest[:8]
+    if me == 0:
+        ours = _stretch_medians(lambda: (pgas.put(target, src, 1), pgas.quiet()), stretches)
+    pgas.barrier_all()
+    if me == 0:
+        theirs = _stretch_medians(lambda: (win.Put(src, 1), win.Flush(1)), stretches)
+    comm.Barrier()
+    if me == 0:
+        for name, medians in (("pgas put+quiet", ours), ("MPI Put+Flush", theirs)):
+            slow = int((medians > 1.5 * medians.min()).sum())
+            print(f"{name}, 8 B, median us per stretch of 1000 calls: "
+                  + " ".join(f"{m * 1e6:.1f}" for m in medians)
+                  + f" ({slow} of {stretches} above 1.5x the fastest)", flush=True)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pgas.bench latency", description=__doc__.split("\n")[0])
     parser.add_argument("--iters", type=int, default=20000, help="calls per repetition")
+    parser.add_argument("--stretches", type=int, default=0, help="then this many stretches of 1000 calls, "
+                        "each's median")
     args = parser.parse_args(argv)
     pgas.init()
     me, n = pgas.my_pe(), pgas.n_pes()
@@ -67,8 +104,6 @@ def main(argv=None) -> None:
         if me == 0:
             theirs[size] = _mpi_figures(win, size, args.iters)
         comm.Barrier()
-    win.Unlock_all()
-    win.Free()
     if me == 0:
         print(f"PE 0 -> PE 1 through {pgas.info()['transports'][1]}; microseconds per call; "
               "MPI/pgas above 1: pgas is faster")
@@ -78,6 +113,10 @@ def main(argv=None) -> None:
             (put, get), (mpi_put, mpi_get) = ours[size], theirs[size]
             print(f"{human_bytes(size):>7} {put * 1e6:10.2f} {mpi_put * 1e6:14.2f} {mpi_put / put:9.2f} "
                   f"{get * 1e6:8.2f} {mpi_get * 1e6:14.2f} {mpi_get / get:9.2f}", flush=True)
+    if args.stretches:
+        _stretches(dest, win, args.stretches)
+    win.Unlock_all()
+    win.Free()
     pgas.free(dest)
     pgas.finalize()
 
