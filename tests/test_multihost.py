@@ -101,7 +101,7 @@ def test_pe_suites_between_two_hosts(two_hosts, tmp_path, transport):
     modules = SUITES_BETWEEN_HOSTS[transport]
     proc = _on_two_hosts(two_hosts, 4, sys.executable, str(PE_DIR / "runner.py"), str(tmp_path),
                          *(str(PE_DIR / f"{module}.py") for module in modules),
-                         env={"PGAS_REMOTE_TRANSPORT": transport})
+                         env={"PGAS_REMOTE_TRANSPORT": transport}, timeout=300 + 120 * (len(modules) - 1))
     results = {}
     for path in glob.glob(str(tmp_path / "pe*.json")):
         with open(path) as f:

@@ -88,6 +88,8 @@ def main(argv=None) -> None:
     parser.add_argument("--stretches", type=int, default=0, help="then this many stretches of 1000 calls, "
                         "each's median")
     args = parser.parse_args(argv)
+    if args.stretches < 0:
+        parser.error(f"--stretches must be 0 or more, got {args.stretches}")
     pgas.init()
     me, n = pgas.my_pe(), pgas.n_pes()
     if n != 2:

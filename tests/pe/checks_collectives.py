@@ -191,8 +191,8 @@ def check_float_all_reduce_folds_in_rank_order():
 
 def check_reduce_narrow_and_bool_dtypes_every_op_and_algorithm():
     """int8, uint8, int16, uint16 and bool: integers wrap as numpy's do; on bool sum is
-    or, prod is and (numpy's add and multiply on bool). reducescatter too. Across nodes,
-    the algorithms that read through the NIC on a sample (``algorithms``)."""
+    or, prod is and (numpy's add and multiply on bool). reducescatter too. Every algorithm
+    on 2 and 4 PEs of one node, on a sample elsewhere (``algorithms``)."""
     me, n = pgas.my_pe(), pgas.n_pes()
     spans_nodes = reaches_other_nodes()
     world = pgas.TEAM_WORLD

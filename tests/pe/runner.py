@@ -47,7 +47,7 @@ def run_checks(module, results: dict) -> str | None:
             results[name] = "ok"
         except pytest.skip.Exception as skipped:
             results[name] = f"skipped: {skipped.msg}"
-        except Exception:
+        except (Exception, pytest.fail.Exception):    # (pytest.raises' "DID NOT RAISE" is no Exception)
             results[name] = traceback.format_exc()
         passed = results[name] == "ok" or results[name].startswith("skipped: ")
         failed_on = [pe for pe, ok in enumerate(MPI.COMM_WORLD.allgather(passed)) if not ok]
