@@ -109,6 +109,27 @@ def check_names(module: str) -> list[str]:
 _suite_results: dict[tuple, dict] = {}
 
 
+def runner_command(results_dir, modules) -> tuple[str, ...]:
+    """The command that runs tests/pe/<module>.py for each of ``modules`` in one job,
+    writing each PE's outcomes into ``results_dir`` (``runner_results``)."""
+    return (sys.executable, str(PE_DIR / "runner.py"), str(results_dir),
+            *(str(PE_DIR / f"{module}.py") for module in modules))
+
+
+def runner_timeout(modules, first: float) -> float:
+    """Seconds for a job of ``modules``: ``first`` for the first, 120 for each after it."""
+    return first + 120 * (len(modules) - 1)
+
+
+def runner_results(results_dir) -> dict[int, dict]:
+    """``{pe: {module: {check: outcome}}}`` of the PEs that finished (tests/pe/runner.py)."""
+    per_pe = {}
+    for path in glob.glob(os.path.join(results_dir, "pe*.json")):
+        with open(path) as f:
+            per_pe[int(Path(path).stem[2:])] = json.load(f)
+    return per_pe
+
+
 def pe_suite(modules, n: int, options=(), env=None) -> dict:
     """Run every check of tests/pe/<module>.py for each of ``modules`` (a name, or names
     to run in one job, in that order) on n PEs, once per session: ``{"proc": the finished
@@ -117,17 +138,12 @@ def pe_suite(modules, n: int, options=(), env=None) -> dict:
     key = (modules, n, tuple(options), tuple(sorted((env or {}).items())))
     if key not in _suite_results:
         with tempfile.TemporaryDirectory() as results_dir:
-            command = (sys.executable, str(PE_DIR / "runner.py"), results_dir,
-                       *(str(PE_DIR / f"{module}.py") for module in modules))
+            command = runner_command(results_dir, modules)
             try:
-                proc = pgasrun(n, *command, options=options, env=env, timeout=240 + 120 * (len(modules) - 1))
+                proc = pgasrun(n, *command, options=options, env=env, timeout=runner_timeout(modules, 240))
             except subprocess.TimeoutExpired as e:     # kept: the job's other checks fail at once, not again
                 proc = subprocess.CompletedProcess(command, "timed out", e.stdout or "", e.stderr or "")
-            per_pe = {}
-            for path in glob.glob(os.path.join(results_dir, "pe*.json")):
-                with open(path) as f:
-                    per_pe[int(Path(path).stem[2:])] = json.load(f)
-        _suite_results[key] = {"proc": proc, "per_pe": per_pe}
+            _suite_results[key] = {"proc": proc, "per_pe": runner_results(results_dir)}
     return _suite_results[key]
 
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, PE_DIR, check_names, pe_env
+from conftest import ROOT, PE_DIR, check_names, pe_env, runner_command, runner_results, runner_timeout
 
 HOSTEXEC = """#!/bin/sh
 # mpiexec's launcher in ssh's place: "hostexec [options] HOST CMD..." runs CMD inside HOST's
@@ -96,18 +96,12 @@ SUITES_BETWEEN_HOSTS = {"ibgda": ("checks_device_rma", "checks_atomics", "checks
 @pytest.mark.parametrize("transport", SUITES_BETWEEN_HOSTS)
 def test_pe_suites_between_two_hosts(two_hosts, tmp_path, transport):
     """The modules of a transport in one job (tests/pe/runner.py), 4 PEs as 2 per host."""
-    import glob
-    import json
     modules = SUITES_BETWEEN_HOSTS[transport]
-    proc = _on_two_hosts(two_hosts, 4, sys.executable, str(PE_DIR / "runner.py"), str(tmp_path),
-                         *(str(PE_DIR / f"{module}.py") for module in modules),
-                         env={"PGAS_REMOTE_TRANSPORT": transport}, timeout=300 + 120 * (len(modules) - 1))
-    results = {}
-    for path in glob.glob(str(tmp_path / "pe*.json")):
-        with open(path) as f:
-            results[path] = json.load(f)
+    proc = _on_two_hosts(two_hosts, 4, *runner_command(tmp_path, modules), env={"PGAS_REMOTE_TRANSPORT": transport},
+                         timeout=runner_timeout(modules, 300))
+    results = runner_results(tmp_path)
     assert len(results) == 4, proc.stdout[-3000:] + proc.stderr[-3000:]
-    failed = {(path, module, name): r for path, per_pe in results.items() for module, outcomes in per_pe.items()
+    failed = {(pe, module, name): r for pe, per_pe in results.items() for module, outcomes in per_pe.items()
               for name, r in outcomes.items() if r != "ok" and not r.startswith("skipped")}
     assert not failed, failed
     assert all({module: set(outcomes) for module, outcomes in per_pe.items()}

@@ -110,9 +110,9 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
 def progress_until(worker, waiters, word, value, spins):
     """Progress until ``word[0] >= value``, at most ``spins`` rounds (yielding the
     core between empty ones); True when it got there. Counted in ``waiters[0]``
-    (``Worker.waiters``: the progress thread leaves the worker to it meanwhile). It keeps the interpreter
-    lock: a bounded wait, and a simulated thread that let the lock go would wait for
-    numba's polling loop to hand it back (up to the 5 ms switch interval)."""
+    (``Worker.waiters``: the progress thread leaves the worker to it meanwhile). It keeps
+    the interpreter lock: a bounded wait, and a simulated thread that let the lock go would
+    wait for numba's polling loop to hand it back (up to the 5 ms switch interval)."""
     waiters[0] += 1         # (waiters hold the interpreter lock: one at a time)
     for _ in range(spins):
         if word[0] >= value:

@@ -33,10 +33,15 @@ def load(module_file: str):
     return module
 
 
+def checks_of(module) -> list[str]:
+    """The names of ``module``'s checks, in file order."""
+    return [name for name in vars(module) if name.startswith("check_")]
+
+
 def run_checks(module, results: dict) -> str | None:
     """Run ``module``'s checks into ``results``; the first one that failed on some PE
     (with those PEs), or None."""
-    for name in [n for n in vars(module) if n.startswith("check_")]:
+    for name in checks_of(module):
         check = getattr(module, name)
         reason = getattr(check, "simulator_only", None)
         if reason and pgas.backend() != "simulator":
@@ -67,8 +72,8 @@ def main(results_dir: str, module_files: list[str]) -> None:
         outcomes = results[module.__name__]
         if failed is None:
             failed = run_checks(module, outcomes)
-        for name in (n for n in vars(module) if n.startswith("check_") and n not in outcomes):
-            outcomes[name] = f"not run: {failed}"
+        for name in checks_of(module):
+            outcomes.setdefault(name, f"not run: {failed}")
     with open(os.path.join(results_dir, f"pe{pgas.my_pe()}.json"), "w") as out:
         json.dump(results, out)
     pgas.finalize()
