@@ -27,6 +27,7 @@ from cuda.bindings import driver
 import pgas
 from pgas.cuda import _heap as _gpu_heap, _state_block as _gpu_state
 from pgas.host import _gpu_ops, _memory
+from pgas.nic import _mlx5 as mlx5
 from pgas.nic._regions import MemoryRegion
 from pgas.runtime import _state as _runtime
 
@@ -66,6 +67,7 @@ class FakeDriver:
         "cuGetErrorString": b"fake error",
         "cuMemHostAlloc": lambda size, flags: ctypes.addressof(_HOST_BUFFERS.setdefault(size, ctypes.create_string_buffer(size))),
         "cuMemHostGetDevicePointer": lambda host, flags: host,
+        "cuCtxGetCurrent": 0xC7,
     }
     CALLS = ["cuMemAddressFree", "cuStreamDestroy", "cuStreamSynchronize", "cuMemFree", "cuMemsetD8",
              "cuMemsetD8Async", "cuIpcCloseMemHandle", "cuMemMap", "cuMemSetAccess", "cuMemcpyHtoD",
@@ -448,20 +450,31 @@ def test_device_memory_outside_the_heap_goes_to_another_node_through_pinned_stag
 
 
 def test_the_nics_window_on_gpu_memory_copies_through_pinned_memory(fake, monkeypatch):
-    """The NIC's thread reads and writes GPU memory a pinned piece at a time (a copy from
-    pageable memory would be staged by the driver, synchronously), on its own stream."""
+    """The NIC (native code, or the NIC's thread through the same calls) reads and writes
+    GPU memory a pinned piece at a time (a copy from pageable memory would be staged by the
+    driver, synchronously), on its own stream in this PE's context, each piece synchronized
+    before the next; atomics by the kernel, launched once at init. (libcuda's five calls
+    by a stand-in over host memory: ``tests/window_standin.py``.)"""
+    import window_standin
     from pgas.cuda import _nic_host
+    from pgas.wire import _window
 
     monkeypatch.setattr(_nic_host, "STAGING_BYTES", 64)
-    fake.answers["cuMemcpyDtoHAsync"] = lambda host, device, nbytes, stream: ctypes.memmove(host, device, nbytes)
-    fake.answers["cuMemcpyHtoDAsync"] = lambda device, host, nbytes, stream: ctypes.memmove(device, host, nbytes)
+    monkeypatch.setattr(_nic_host, "libcuda_functions", window_standin.driver)
+    monkeypatch.setattr(_nic_host, "_atomic_kernel", lambda: (0xE0, 0x4B))
+    window_standin.reset()
     gpu = np.zeros(40, np.int64)
-    window = object.__new__(_nic_host.GpuWindow)
-    window.base, window._stream, window._staging = gpu.ctypes.data, 0x999, _nic_host.PinnedStaging(
-        _nic_host.PinnedMemory())
+    window = _nic_host.GpuWindow(gpu.ctypes.data, 0, _nic_host.PinnedMemory())
+    assert window_standin.check_staged(window) == {"copy_out": 0, "copy_in": 0, "launch": 1}    # (at init)
     window.write(8, np.arange(30, dtype=np.int64).view(np.uint8))
     assert gpu[1:31].tolist() == list(range(30))
     assert window.read(16, 80).view(np.int64).tolist() == list(range(1, 11))
-    pinned = window._staging.buffer.ctypes.data
-    copies = fake.args("cuMemcpyHtoDAsync") + fake.args("cuMemcpyDtoHAsync")
-    assert len(copies) == 4 + 2 and all(pinned in args[:2] and args[3] == 0x999 for args in copies)
+    gpu[5] = -3
+    assert window.atomic(40, mlx5.OP_ATOMIC_FA, [5, 0, 0, 0], 8) == 2 ** 64 - 3 and gpu[5] == 2
+    assert window_standin.check_staged(window) == {"copy_out": 2, "copy_in": 4, "launch": 2}
+    assert {call[1] for call in window_standin.calls() if call[0] == "set_context"} == {0xC7}
+    assert window.native.failures == 0 and window.native.table[_window.W_STREAM] == INTERNAL
+    window_standin.fail(True)
+    with pytest.raises(pgas.PgasError, match="could not copy out of GPU memory"):
+        window.read(0, 8)
+    window_standin.fail(False)

@@ -1,6 +1,7 @@
 """The emulated NIC: the mlx5 WQE/CQE layout byte by byte, the masked atomics, and
 requests the target must refuse (forged keys, addresses outside the registered heap)."""
 import functools
+import os
 import struct
 
 import numpy as np
@@ -497,13 +498,15 @@ def test_load_many_threads_small_puts_and_atomics_across_nodes(clean_shm, transp
 
 
 WINDOWED = r"""
-import collections
+import collections, sys
 import numpy as np
 import pgas, pgas.device as dev
 from numba import cuda
+from pgas.core._errors import PgasError
 from pgas.nic import _mlx5 as mlx5
 from pgas.runtime._arrays import as_ndarray
 from pgas.runtime._state import runtime
+NATIVE = {native}
 
 
 class CopyingWindow:
@@ -545,8 +548,17 @@ def device_ops(words, w32, flag, other, out):
 pgas.init()
 me, other = pgas.my_pe(), 1 - pgas.my_pe()
 region = runtime("test").transports.heap_region
-window = CopyingWindow(region.view)
-region.window, region.view = window, None          # the NIC reaches this heap only through copies
+if NATIVE:      # the native NIC: a native window over libcuda's stand-in (tests/window_standin.py)
+    sys.path.insert(0, {tests!r})
+    import window_standin
+    window = window_standin.StandInWindow(4096)
+    runtime("test").transports.native.reach_heap(window)
+    count = lambda kind: window_standin.check_staged(window)[kind]
+else:           # the NIC's thread: a window of Python calls
+    window = CopyingWindow(region.view)
+    region.window, region.view = window, None
+    count = lambda kind: window.calls[kind]
+pgas.barrier_all()          # (every PE's NIC reaches its heap only through copies from now on)
 big, src = pgas.zeros(20000, np.int64), pgas.zeros(20000, np.int64)    # 160 KB: sent on its own
 words, w32, flag = pgas.zeros(8, np.int64), pgas.full(2, 0x3333, np.int32), pgas.zeros(1, np.int64)
 as_ndarray(src, "t", "src")[:] = np.arange(20000) + 1000 * me
@@ -567,7 +579,14 @@ pgas.barrier_all()
 assert (as_ndarray(big, "t", "big") == np.arange(20000) + 1000 * other).all()
 assert as_ndarray(words, "t", "words")[:4].tolist() == [10, 9, 0xFFFF ^ 0xF0F0, 41]
 assert as_ndarray(w32, "t", "w32").tolist() == [0x3333 & 0x0FF0, 0x3333]
-assert window.calls["read"] and window.calls["write"] and window.calls["atomic"] >= 6, window.calls
+assert count("read" if not NATIVE else "copy_out") and count("write" if not NATIVE else "copy_in"), window
+assert count("atomic" if not NATIVE else "launch") >= 6
+if NATIVE:      # each side's copies where they belong: the put's source and the get's destination here,
+    address = lambda a: as_ndarray(a, "t", "a").ctypes.data        # the put's destination there
+    calls = window_standin.calls()
+    assert any(c[0] == "copy_out" and c[2] == address(src) for c in calls), calls
+    assert any(c[0] == "copy_in" and c[1] == address(small) for c in calls), calls
+    assert any(c[0] == "copy_in" and c[1] == address(big) for c in calls), calls
 # the cuda backend's host copies to other nodes (Transports.copy_span): from host memory by
 # its registration, and from this PE's heap, which the NIC reads through the window
 transports = runtime("t").transports
@@ -576,9 +595,9 @@ at = runtime("t").heap.offset_of(as_ndarray(landed, "t", "d"), "t", "d")
 lkey, temporary = transports.local_key(mine)
 transports.copy_span("t", other, True, at, mine.ctypes.data, lkey, mine.nbytes)
 transports.recent.release(temporary)
-reads = window.calls["read"]
+reads = count("read" if not NATIVE else "copy_out")
 transports.copy_span("t", other, True, at, as_ndarray(src, "t", "s").__array_interface__["data"][0], region.lkey, 800)
-assert window.calls["read"] > reads
+assert count("read" if not NATIVE else "copy_out") > reads
 pgas.barrier_all()
 expected = np.arange(6000) * (other + 2)
 expected[:100] = np.arange(100) + 1000 * other
@@ -590,20 +609,79 @@ transports.recent.release(temporary)
 expected[:100] = np.arange(100) + 1000 * me
 expected[100:] = np.arange(100, 6000) * (me + 2)
 assert (back == expected).all()
+if NATIVE:      # a CUDA call that fails: the target refuses (remote operation error), nothing lands
+    pgas.barrier_all()
+    if me == 1:
+        window_standin.fail(True)
+    pgas.barrier_all()
+    if me == 0:
+        try:
+            pgas.get(small, src[5:8], other)
+        except PgasError as e:
+            assert "remote operation error" in str(e), e
+        else:
+            raise AssertionError("a get from memory the target cannot reach did not fail")
+    pgas.barrier_all()
+    window_standin.fail(False)
 pgas.barrier_all()
 pgas.finalize()
 print("ok")
 """
 
 
+@pytest.mark.parametrize("wire", ["ucx", "mpi"])
 @pytest.mark.parametrize("transport", ["ibgda", "proxy"])
-def test_a_heap_the_nic_reaches_only_through_copies_takes_every_request(tmp_path, clean_shm, transport):
-    """GPU memory has no view in the NIC thread: its region's window copies bytes out and
-    in and applies atomics on the device (the cuda backend's ``pgas/cuda/_nic_host.py``). Here a window
-    over host memory takes the same calls: large and small puts and gets, p and g, and the
-    plain and masked atomics, 4 and 8 bytes, at both ends. (The NIC's thread: the native
-    NIC reaches host memory only, so on cuda the GPU's queues are the thread's.)"""
-    _both_ok_as_two_nodes(tmp_path, WINDOWED, transport, {"PGAS_NIC_WIRE": "mpi"})
+def test_a_heap_the_nic_reaches_only_through_copies_takes_every_request(tmp_path, clean_shm, transport, wire):
+    """GPU memory has no view in the NIC: its region's window copies bytes out and in and
+    applies atomics on the device (the cuda backend's ``pgas/cuda/_nic_host.py``). Here a
+    window over host memory takes the same calls: large and small puts and gets, p and g,
+    and the plain and masked atomics, 4 and 8 bytes, at both ends. The native NIC (wire
+    ucx) goes through a native window over a stand-in for libcuda, every copy through its
+    pinned staging buffer on its stream and synchronized, and a failing CUDA call refuses
+    the request; the NIC's thread (wire mpi) through a window of Python calls."""
+    program = WINDOWED.replace("{native}", str(wire == "ucx")).replace("{tests!r}", repr(os.path.dirname(__file__)))
+    _both_ok_as_two_nodes(tmp_path, program, transport, {"PGAS_NIC_WIRE": wire})
+
+
+POLLED = r"""
+import time
+import numpy as np
+import pgas
+from pgas.nic import _mlx5 as mlx5
+from pgas.runtime._arrays import as_ndarray
+from pgas.runtime._state import runtime
+from pgas.transport import _ibgda_code as code
+from pgas.transport._ibgda import DeviceQueue
+
+pgas.init()
+me, other = pgas.my_pe(), 1 - pgas.my_pe()
+transports = runtime("t").transports
+native, engine = transports.native, transports.engines["ibgda"]
+flag = pgas.zeros(1, np.int64)
+queue = DeviceQueue(transports.nic, other, native=native, endpoint=native.endpoints(0)[other], polled=True)
+raddr = transports.nic.remote[other].base + runtime("t").heap.offset_of(as_ndarray(flag, "t", "f"), "t", "f")
+pgas.barrier_all()
+time.sleep(0.05)            # the progress threads asleep
+# posted as a GPU thread posts, without ringing: only the progress thread's look at the rung word sends it
+posted = engine._code.post(queue.address, code.KIND_INLINE, mlx5.OP_RDMA_WRITE, raddr, transports.nic.remote[other].rkey,
+                           0, 0, 8, np.uint64(40 + me), np.uint64(0), np.uint64(0), np.uint64(0), 0)
+assert posted >= 0 and posted & 1, posted
+deadline = time.monotonic() + 10
+while as_ndarray(flag, "t", "f")[0] != 40 + other and time.monotonic() < deadline:
+    time.sleep(0.001)       # (nothing here progresses the worker or looks at doorbells)
+assert as_ndarray(flag, "t", "f")[0] == 40 + other, "a polled queue's WQE was not sent"
+pgas.barrier_all()
+transports.nic.deregister(queue.cells_region)
+pgas.finalize()
+print("ok")
+"""
+
+
+def test_the_native_nic_reads_the_rung_words_of_queues_whose_posters_cannot_ring(tmp_path, clean_shm):
+    """A GPU thread cannot wake the native NIC's progress thread: a queue ``polled`` (the
+    cuda backend's GPU queues) is looked at between the thread's naps, so a WQE posted
+    and never rung is sent while every thread of the PE sleeps."""
+    _both_ok_as_two_nodes(tmp_path, POLLED, "ibgda", {"PGAS_NIC_WIRE": "ucx"})
 
 
 @functools.cache

@@ -269,8 +269,13 @@ def test_the_nic_path_posts_and_polls_with_system_scope_ptx(report):
 def test_the_nic_applies_atomics_on_gpu_memory_with_system_scope_compare_swap(report):
     """The emulated NIC's atomics on a GPU heap (``pgas/cuda/_nic_host.py``): a one-thread kernel, a
     sequentially consistent system-scope compare-and-swap loop on 4- and 8-byte words."""
-    body = entry(report["ptx"]["nic_atomic"])
+    ptx = report["ptx"]["nic_atomic"]
+    body = entry(ptx)
     for width in (32, 64):
         assert re.search(rf"fence\.sc\.sys;\s*atom\.acquire\.sys\.cas\.b{width}", body), width
         assert f"ld.relaxed.sys.b{width}" in body
     assert all(".sys." in a for a in re.findall(r"atom\.[\w.]+", body))
+    assert "st.relaxed.sys.b64" in body                       # the old value, to its pinned cell
+    # native code launches it (pgas/wire/_window.py): eight 8-byte scalars, found by its entry's name
+    params = re.search(r"\.entry\s+[\w$]+\(([^)]*)\)", ptx).group(1)
+    assert re.findall(r"\.param\s+\.(\w+)", params) == ["u64"] * 8, params

@@ -164,12 +164,13 @@ class GpuSymmetricHeap:
         return int(checked(driver.cuMemGetHandleForAddressRange(self.base, self.size, kind, 0),
                            "cuMemGetHandleForAddressRange"))
 
-    def attach_nic(self, nic, region, n_pes: int):
+    def attach_nic(self, nic, region, n_pes: int, native=None):
         """The GPU-initiated path to the PEs ``nic`` reaches (``region``: this heap,
         registered with it): queue pairs the GPU posts into, and the window through which
-        the NIC reaches this heap's memory (``_nic_host.GpuNicPath``; the caller closes it)."""
+        the NIC (``native``: the native NIC, else the NIC's thread) reaches this heap's
+        memory (``_nic_host.GpuNicPath``; the caller closes it)."""
         from ._nic_host import GpuNicPath
-        return GpuNicPath(nic, region, self, n_pes)
+        return GpuNicPath(nic, region, self, n_pes, native)
 
     def device_error(self):
         """The error a device check of this PE recorded in its mailbox (then trapped), or None."""

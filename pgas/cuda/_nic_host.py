@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
 import threading
 
 import numpy as np
@@ -30,10 +31,10 @@ from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
 from ..transport._ibgda import DeviceQueue
-from ._driver import checked, create_stream, device_array_at, numba_stream, synchronize
+from ._driver import checked, create_stream, synchronize
 
 __all__ = ["PinnedMemory", "PinnedStaging", "GpuWindow", "GpuQueues", "GpuNicPath", "atomic_kernel_source",
-           "STAGING_BYTES"]
+           "libcuda_functions", "STAGING_BYTES"]
 
 STAGING_BYTES = 4 << 20     # pinned bytes through which GPU memory is copied, a piece at a time
 
@@ -119,10 +120,10 @@ class PinnedStaging:
 
 def atomic_kernel_source():
     """(python function, signature) of the NIC's atomic kernel ``(address, opcode, size, o0,
-    o1, o2, o3, word32, word64)``: mlx5 atomic ``opcode`` on the ``size``-byte word at
-    ``address``, a system-scope compare-and-swap loop; the old value lands in ``word64[0]``
-    (``word32`` and ``word64`` are that one pinned cell, typed: they give the loop its
-    dtypes). The offline test compiles it too."""
+    o1, o2, o3, cell)``: mlx5 atomic ``opcode`` on the ``size``-byte word at ``address``, a
+    system-scope compare-and-swap loop; the old value lands at ``cell`` (pinned host memory).
+    Scalars only, so native code launches it (``pgas.wire._window``). The offline test
+    compiles it too."""
     from numba import cuda, types
 
     from ..nic import _mlx5 as mlx5
@@ -143,70 +144,95 @@ def atomic_kernel_source():
                 return old
             old = seen
 
-    def apply(address, opcode, size, o0, o1, o2, o3, word32, word64):
+    def apply(address, opcode, size, o0, o1, o2, o3, cell):
+        word32, word64 = cuda.local.array(1, np.uint32), cuda.local.array(1, np.uint64)   # (their dtypes)
         if size == 4:
-            word64[0] = np.uint64(loop(address, word32, opcode, size, o0, o1, o2, o3))
+            old = np.uint64(loop(address, word32, opcode, size, o0, o1, o2, o3))
         else:
-            word64[0] = loop(address, word64, opcode, size, o0, o1, o2, o3)
+            old = loop(address, word64, opcode, size, o0, o1, o2, o3)
+        ptx.st_relaxed(cell, word64, old)
 
     u64 = types.uint64
-    return apply, (u64, types.int64, types.int64, u64, u64, u64, u64, types.uint32[::1], types.uint64[::1])
+    return apply, (u64, types.int64, types.int64, u64, u64, u64, u64, u64)
 
 
 @functools.cache
-def _atomic_kernel():
+def _atomic_kernel() -> tuple[int, int]:
+    """(module, function) handles of the atomic kernel, loaded into the current context."""
+    from cuda.bindings import driver
     from numba import cuda
 
     function, signature = atomic_kernel_source()
-    return cuda.jit(signature)(function)
+    ptx, _ = cuda.compile_ptx(function, signature, cc=cuda.get_current_device().compute_capability)
+    name = re.search(r"\.entry\s+([\w$]+)", ptx).group(1)
+    module = checked(driver.cuModuleLoadData(ptx.encode() + b"\0"), "cuModuleLoadData (the NIC's atomic kernel)")
+    kernel = checked(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+    return int(module), int(kernel)
+
+
+_DRIVER = {"set_context": "cuCtxSetCurrent", "copy_out": "cuMemcpyDtoHAsync_v2", "copy_in": "cuMemcpyHtoDAsync_v2",
+           "synchronize": "cuStreamSynchronize", "launch": "cuLaunchKernel"}
+
+
+@functools.cache
+def libcuda_functions() -> dict:
+    """The driver functions a window calls (``_window.DRIVER`` name -> address in libcuda)."""
+    library = ctypes.CDLL("libcuda.so.1")
+    return {name: ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value for name, symbol in _DRIVER.items()}
 
 
 class GpuWindow:
-    """How the NIC thread reaches GPU memory at ``base`` (``Nic``'s ``DeviceSpan``): copies
-    and atomics on a stream of its own, made on first use in the NIC thread."""
+    """How the NIC reaches GPU memory at ``base`` (``Nic``'s ``DeviceSpan``; the native
+    NIC's ``KeyTable`` row): a native window (``pgas.wire._window``) over libcuda, on a
+    stream of its own and this PE's context, copying through a pinned staging buffer of
+    its own, atomics by the one-thread kernel."""
 
     def __init__(self, base: int, device: int, pinned: PinnedMemory):
-        self.base, self.device = base, device
-        self._cell = pinned(1, np.uint64)              # where an atomic's old value lands
-        cell = self._cell.ctypes.data
-        self._cell_views = (device_array_at(cell, (2,), np.uint32), device_array_at(cell, (1,), np.uint64))
-        self._kernel = _atomic_kernel()               # compiled now, not in the NIC thread
-        # launched once now, on a scratch word, so that its module is loaded before any
-        # user kernel runs (CUDA's lazy loading may wait for running kernels)
-        self._launch(0, cell, (mlx5.OP_ATOMIC_FA, 0, 0, 0, 0), 8)   # add 0
-        self._stream = None
-        self._staging = PinnedStaging(pinned)          # the NIC thread's alone
+        from cuda.bindings import driver
 
-    def _ready(self) -> int:
-        if self._stream is None:
-            from numba import cuda
-            cuda.select_device(self.device)            # this thread's context: numba's primary one
-            self._stream = create_stream()
-        return self._stream
+        from ..wire import _window as window
+
+        self.base, self.device = base, device
+        cell = pinned(1, np.uint64)                    # where an atomic's old value lands
+        staging = pinned(STAGING_BYTES, np.uint8)      # the window's alone
+        context = int(checked(driver.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+        self._stream = create_stream()
+        self.native = window.NativeWindow(libcuda_functions(), context, self._stream, staging, _atomic_kernel()[1],
+                                          cell)
+        self.native_address = self.native.address
+        # run once now, on a scratch word, so that its module is in place before any user
+        # kernel runs (CUDA's lazy loading may wait for running kernels)
+        self._atomic_at(cell.ctypes.data, mlx5.OP_ATOMIC_FA, [0, 0, 0, 0], 8)
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
+        from ..wire import _window as window
+
         host = np.empty(nbytes, np.uint8)
-        self._staging.through(self.base + offset, nbytes, self._ready(), False,
-                              lambda start, staging, length: ctypes.memmove(host.ctypes.data + start, staging, length),
-                              "pgas NIC")
+        self._check(window.read(self.native_address, host.ctypes.data, self.base + offset, nbytes), "copy out of")
         return host
 
     def write(self, offset: int, data: np.ndarray) -> None:
         """``data`` into GPU memory at ``offset``, landed on return, before the next request
         (a flag never lands before its data)."""
+        from ..wire import _window as window
+
         data = np.ascontiguousarray(data, np.uint8)
-        self._staging.through(self.base + offset, data.size, self._ready(), True,
-                              lambda start, staging, length: ctypes.memmove(staging, data.ctypes.data + start, length),
-                              "pgas NIC")
+        self._check(window.write(self.native_address, self.base + offset, data.ctypes.data, data.size), "copy into")
 
     def atomic(self, offset: int, opcode: int, operands: list, size: int) -> int:
-        return self._launch(self._ready(), self.base + offset, (opcode, *operands), size)
+        return self._atomic_at(self.base + offset, opcode, operands, size)
 
-    def _launch(self, stream: int, address: int, request: tuple, size: int) -> int:
-        """Run the atomic kernel on ``address`` (``request``: opcode, four operands); the old value."""
-        self._kernel[1, 1, numba_stream(stream)](address, request[0], size, *request[1:], *self._cell_views)
-        synchronize(stream)
-        return int(self._cell[0])
+    def _atomic_at(self, address: int, opcode: int, operands: list, size: int) -> int:
+        from ..wire import _window as window
+
+        signed = [int(o) - (1 << 64) if int(o) >= 1 << 63 else int(o) for o in operands]    # (int64 words)
+        ok, old = window.atomic(self.native_address, address, opcode, size, *signed)
+        self._check(ok, "run the atomic kernel on")
+        return int(old) & 0xFFFFFFFFFFFFFFFF
+
+    def _check(self, ok: bool, what: str) -> None:
+        if not ok:
+            raise PgasError(f"pgas NIC: could not {what} GPU memory (a CUDA driver call failed)")
 
     def close(self) -> None:
         from cuda.bindings import driver
@@ -223,13 +249,15 @@ class GpuQueues:
     touch (the descriptor with its counters, the ``waited`` flags) is device memory, as
     NVSHMEM keeps it: GPU atomics on host memory are slow, and not atomic on every system."""
 
-    def __init__(self, nic: Nic, pinned: PinnedMemory, heap_lkey: int, state, n_pes: int):
+    def __init__(self, nic: Nic, pinned: PinnedMemory, heap_lkey: int, state, n_pes: int, native=None):
         from cuda.bindings import driver
 
         from ..transport._ibgda_code import W
         from ._nic_device import ROW
 
-        self.queues = {peer: DeviceQueue(nic, peer, pinned) for peer in nic.peers}
+        endpoints = native.endpoints(0) if native is not None else {}
+        self.queues = {peer: DeviceQueue(nic, peer, pinned, native, endpoints.get(peer, 0), polled=True)
+                       for peer in nic.peers}
         self._device: list[int] = []
         rows = np.zeros((n_pes, len(ROW)), np.int64)
         for peer, queue in self.queues.items():
@@ -239,7 +267,8 @@ class GpuQueues:
             words[W["waited"]] = block + words.nbytes
             checked(driver.cuMemcpyHtoD(block, words.ctypes.data, words.nbytes), "cuMemcpyHtoD (a NIC queue)")
             checked(driver.cuMemsetD8(block + words.nbytes, 0, queue.qp.depth), "cuMemsetD8 (a NIC queue)")
-            nic.poll(queue.qp)            # its rung word (rung_at) stays in the pinned descriptor
+            if native is None:            # (the native NIC polls it: DeviceQueue's polled)
+                nic.poll(queue.qp)        # its rung word (rung_at) stays in the pinned descriptor
             remote = nic.remote[peer]
             rows[peer] = (block, remote.rkey, remote.base, queue.lkey)
         state.set_nic(rows, heap_lkey)
@@ -258,15 +287,19 @@ class GpuQueues:
 class GpuNicPath:
     """The GPU-initiated path of one PE on cuda: pinned memory, the ``window`` through which
     the NIC reaches the GPU heap, the GPU's ``queues`` to every PE ``nic`` reaches, and the
-    ``staging`` through which host put/get move device memory outside the heap.
-    Made by ``GpuSymmetricHeap.attach_nic``; what a failed step made is released."""
+    ``staging`` through which host put/get move device memory outside the heap. ``native``:
+    the native NIC (``pgas.wire._nic_queues.NicQueues``) that serves the queues and the
+    heap, or None: the NIC's thread does. Made by ``GpuSymmetricHeap.attach_nic``; what a
+    failed step made is released."""
 
-    def __init__(self, nic: Nic, region, heap, n_pes: int):
+    def __init__(self, nic: Nic, region, heap, n_pes: int, native=None):
         self.pinned = self.window = self.queues = self.staging = None
         try:
             self.pinned = PinnedMemory()
             self.window = GpuWindow(heap.base, heap.device, self.pinned)
-            self.queues = GpuQueues(nic, self.pinned, region.lkey, heap.state, n_pes)
+            if native is not None:
+                native.reach_heap(self.window)
+            self.queues = GpuQueues(nic, self.pinned, region.lkey, heap.state, n_pes, native)
             self.staging = PinnedStaging(self.pinned, nic)    # host RMA of device memory outside the heap
         except BaseException:
             self.close(nic)

@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     print(f"pgas {__version__}")
     print(f"backend: {backend_name()} (PGAS_BACKEND={setting('PGAS_BACKEND')})")
     remote = setting("PGAS_REMOTE_TRANSPORT")
-    native = setting("PGAS_NIC_WIRE") == "ucx" and backend_name() != "cuda" and ucx_loads()
+    native = setting("PGAS_NIC_WIRE") == "ucx" and ucx_loads()
     executes = "native code executes them over UCX" if native else "the emulated NIC's thread executes them over MPI"
     how = {"ucx": "UCX active messages", "proxy": f"a CPU proxy thread posts WQEs; {executes}",
            "ibgda": f"device threads post WQEs; {executes}"}[remote]

@@ -24,7 +24,7 @@ from ..core._errors import PgasError
 __all__ = ["BB", "OP_RDMA_WRITE", "OP_RDMA_READ", "OP_ATOMIC_CS", "OP_ATOMIC_FA", "OP_MASKED_CS", "OP_MASKED_FA",
            "atomic_result", "atomic_size", "OPMOD_EXT_ATOMIC_4", "OPMOD_EXT_ATOMIC_8", "CQ_UPDATE", "MAX_INLINE",
            "MAX_MESSAGE", "check_message", "SYNDROME_LOCAL_PROT", "SYNDROME_REMOTE_INVALID", "SYNDROME_REMOTE_ACCESS",
-           "SYNDROME_TRANSPORT", "SYNDROMES", "CQE_REQ", "CQE_REQ_ERR", "Wqe", "write_wqe", "read_wqe", "write_cqe",
+           "SYNDROME_TRANSPORT", "SYNDROME_LOCAL_OP", "SYNDROME_REMOTE_OP", "SYNDROMES", "CQE_REQ", "CQE_REQ_ERR", "Wqe", "write_wqe", "read_wqe", "write_cqe",
            "read_cqe", "empty_cq", "write_collapsed_cqe", "refusal", "WQE_FIELDS", "OPCODE_NAMES"]
 
 BB = 64                      # bytes per basic block
@@ -49,11 +49,15 @@ SYNDROME_LOCAL_PROT = 0x04
 SYNDROME_REMOTE_INVALID = 0x12
 SYNDROME_REMOTE_ACCESS = 0x13
 SYNDROME_TRANSPORT = 0x15        # transport retry counter exceeded: the request never reached the peer
+SYNDROME_LOCAL_OP = 0x02          # local QP operation error: the NIC could not reach the local memory
+SYNDROME_REMOTE_OP = 0x14         # remote operation error: the target could not reach its memory
 SYNDROMES = {SYNDROME_LOCAL_PROT: "local protection error (lkey or local address not registered)",
              SYNDROME_REMOTE_INVALID: "remote invalid request (unknown opcode or size)",
              SYNDROME_REMOTE_ACCESS: "remote access error (rkey unknown, or the address range is "
                                      "outside the registered region)",
-             SYNDROME_TRANSPORT: "transport error (the request could not be sent to the peer)"}
+             SYNDROME_TRANSPORT: "transport error (the request could not be sent to the peer)",
+             SYNDROME_LOCAL_OP: "local operation error (the NIC could not copy the local GPU memory)",
+             SYNDROME_REMOTE_OP: "remote operation error (the target could not reach its GPU memory)"}
 OPCODE_NAMES = {OP_RDMA_WRITE: "RDMA write", OP_RDMA_READ: "RDMA read", OP_ATOMIC_CS: "compare-swap",
                 OP_ATOMIC_FA: "fetch-add", OP_MASKED_CS: "masked compare-swap", OP_MASKED_FA: "masked fetch-add"}
 

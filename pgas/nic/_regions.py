@@ -86,20 +86,25 @@ def as_word(data: np.ndarray, address: int) -> np.ndarray:
 class KeyTable:
     """The local keys as native code reads them (a NIC's memory translation table): row 0
     holds how many rows follow that have been written (the native search stops there);
-    then one int64 row per registered region of host memory, (lkey, base, size); a free
-    row has lkey 0. Rows are written under a lock (threads of the PE register buffers),
-    a reused row's lkey cleared first and written last, and read by the native NIC
-    (``pgas.wire._nic_code``) without it. GPU memory (reached through a window, not by
-    address) has no row: requests naming it are refused there."""
+    then one int64 row per registered region, (lkey, base, size, window): host memory
+    (window 0), or GPU memory whose window native code reaches it through (its
+    ``native_address``, ``pgas.wire._window``); a free row has lkey 0. Rows are written
+    under a lock (threads of the PE register buffers), a reused row's lkey cleared first
+    and written last, and read by the native NIC (``pgas.wire._nic_code``) without it.
+    A region with neither a view nor such a window has no row: requests naming it are
+    refused there."""
 
     ROWS = 4096
 
     def __init__(self):
-        self.rows = np.zeros((self.ROWS + 1, 3), np.int64)
+        self.rows = np.zeros((self.ROWS + 1, 4), np.int64)
         self._lock = threading.Lock()
 
     def add(self, region: MemoryRegion) -> None:
-        if region.view is None:
+        """A row for ``region``; called again when its window changes, it replaces the row."""
+        through = getattr(region.window, "native_address", 0)
+        self.remove(region.lkey)
+        if region.view is None and not through:
             return
         with self._lock:
             used = int(self.rows[0, 0])
@@ -108,7 +113,7 @@ class KeyTable:
             if row > self.ROWS:
                 return          # (the native side then refuses it: a local protection error)
             self.rows[row, 0] = 0
-            self.rows[row, 1:] = region.base, region.size
+            self.rows[row, 1:] = region.base, region.size, through
             self.rows[row, 0] = region.lkey
             self.rows[0, 0] = max(used, row)
 

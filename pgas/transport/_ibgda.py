@@ -50,7 +50,7 @@ class DeviceQueue:
     compiled code needs, in one descriptor (``_ibgda_code.DESCRIPTOR``). ``allocate(shape,
     dtype)`` makes its memory (zeroed): pinned host memory the GPU maps, on cuda."""
 
-    def __init__(self, nic: Nic, peer: int, allocate=np.zeros, native=None, endpoint: int = 0):
+    def __init__(self, nic: Nic, peer: int, allocate=np.zeros, native=None, endpoint: int = 0, polled: bool = False):
         self.peer = peer
         self.qp = nic.create_qp(peer, collapsed=True, allocate=allocate, served=native is None)
         depth = self.qp.depth
@@ -70,7 +70,8 @@ class DeviceQueue:
         self.sleepers: list = []        # heap of (completion floor awaited, id, event)
         self.lkey = self.cells_region.lkey
         self.native = native            # the native NIC serving it (``NicQueues``), or None: the NIC's thread
-        self.row = native.add(self.qp, endpoint, int(self.descriptor[code.W["rung_at"]])) if native else -1
+        # (``polled``: its posters cannot ring, GPU threads: the native NIC reads its rung word)
+        self.row = native.add(self.qp, endpoint, int(self.descriptor[code.W["rung_at"]]), polled) if native else -1
 
     def counter(self, name: str) -> int:
         return int(self.descriptor[code.W[name]])

@@ -79,20 +79,28 @@ class Transports:
         drives the NIC itself: there is no proxy path on cuda, so where ibgda is not chosen,
         or cannot be set up (said once), those PEs stay unreachable (the device's error
         says why). Host put/get to them post on queue pairs of the host's (``Ibgda``, as
-        on the simulator; ``pgas/cuda/_remote_rma.py``)."""
+        on the simulator; ``pgas/cuda/_remote_rma.py``). The native NIC serves both, as on
+        the simulator, where UCX loads (else the NIC's thread over MPI)."""
         self.heap_region = self.nic.register_dmabuf(heap.dmabuf_fd(), heap.base, heap.size, ACCESS_REMOTE)
-        self.nic.connect(self.heap_region, self.remote)     # collective: before anything that may fail here
-        if not self.remote or self.remote_transport != "ibgda":
+        ibgda = bool(self.remote) and self.remote_transport == "ibgda"
+        self.native_nic = ibgda and setting("PGAS_NIC_WIRE") == "ucx" and self._ucx_for_the_nic()
+        # collective, and so before anything that may fail here: the NIC, and the native
+        # NIC's endpoints (it refuses requests to the heap until the heap's window is attached)
+        self.nic.connect(self.heap_region, self.remote, serve=not self.native_nic)
+        if not ibgda:
             return
+        native = self._native_nic()
         try:
-            # host put/get to those PEs: the host's own queue pairs, which the NIC's thread serves too
-            self.engine = self.engines["ibgda"] = Ibgda(self.nic, self.timeout)
-            self.gpu_path = heap.attach_nic(self.nic, self.heap_region, boot.n_pes)
+            # host put/get to those PEs: the host's own queue pairs, which the same NIC serves
+            self.engine = self.engines["ibgda"] = Ibgda(self.nic, self.timeout, native)
+            self.gpu_path = heap.attach_nic(self.nic, self.heap_region, boot.n_pes, native)
         except (PgasError, ImportError, OSError, RuntimeError) as e:    # (llvmlite cannot compile, too)
             sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path cannot be set up here "
                              f"({type(e).__name__}: {e}); PEs on other nodes are unreachable from this one\n")
             return
         self.heap_region.window = self.gpu_path.window     # the NIC reaches the heap from now on
+        if native is not None:
+            self._connected(self.engine, True)
         for pe in self.remote:
             self.kinds[pe] = "ibgda"
 

@@ -165,7 +165,7 @@ class Ucx:
                                   target._land))
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
-        _, on_answer, _, on_get_received, _, on_answers = target.callbacks()
+        _, on_answer, _, on_get_received, _, on_answers, _ = target.callbacks()
         self._post, self._free_slots, self._flush, self._first_unanswered = post, free_slots, flush, first_unanswered
         self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey)
         # the requester: the ring (its header, then its columns) and the request headers

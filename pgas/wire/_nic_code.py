@@ -33,7 +33,7 @@ from ..core._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from ..nic._queue_pair import SQ_DEPTH
 from ..nic._wqe_code import decoder
-from . import _native, _target as target, _ucp as ucp
+from . import _native, _target as target, _ucp as ucp, _window as window
 
 __all__ = ["MAX_QUEUES", "DEPTH", "TABLE_WORDS", "GLOBAL_WORDS", "drain", "ring", "drain_rung", "sleeping",
            "complete", "land", "progress_until", "callbacks", "symbols", "row_of"]
@@ -43,10 +43,11 @@ DEPTH = SQ_DEPTH
 # global words: the worker, the parameters of rendezvous receives, of requests, and of
 # requests whose data goes eagerly; a receive's ticket, the send side's lock, queues in use,
 # how many times CQEs were written, whether the progress thread is awake (it then sends
-# what a doorbell announces), whether a doorbell rang for it (or a fence was lifted)
+# what a doorbell announces), whether a doorbell rang for it (or a fence was lifted), how
+# many queues' posters cannot ring (GPU threads: their rung words are polled)
 G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS, G_PENDING, G_SEND_LOCK, G_QUEUES, G_COMPLETIONS, \
-    G_AWAKE, G_RUNG = range(10)
-G_HEADER = 10                                    # a request being sent
+    G_AWAKE, G_RUNG, G_POLLED = range(11)
+G_HEADER = 11                                    # a request being sent
 G_BATCH = G_HEADER + target.REQUEST_WORDS       # the requests being batched
 G_COUNT = G_BATCH + target.MAX_BATCH * target.REQUEST_WORDS    # how many
 GLOBAL_WORDS = G_COUNT + 1
@@ -61,8 +62,10 @@ Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_READ, Q_DONE, Q_CQES, 
 QUEUE_WORDS = 15
 # a WQE in flight, at the block it starts: done mark (its first block + 1), syndrome,
 # local address, atomic size, the next WQE's first block, its WQE index (bits 0-15),
-# whether it is signalled (bit 16) and its byte count (from bit 17), inline bytes
-F_DONE, F_SYNDROME, F_LADDR, F_SIZE, F_NEXT, F_INDEX, F_DATA = range(7)
+# whether it is signalled (bit 16) and its byte count (from bit 17), the window through
+# which its local memory is reached (0: host memory), a host buffer its data goes through
+# (GPU memory; freed when it completes), inline bytes
+F_DONE, F_SYNDROME, F_LADDR, F_SIZE, F_NEXT, F_INDEX, F_WINDOW, F_BUFFER, F_DATA = range(9)
 FLIGHT_WORDS = F_DATA + (mlx5.MAX_INLINE + 7) // 8
 QUEUES_AT = GLOBAL_WORDS
 FLIGHTS_AT = QUEUES_AT + MAX_QUEUES * QUEUE_WORDS
@@ -70,6 +73,7 @@ TABLE_WORDS = FLIGHTS_AT + MAX_QUEUES * DEPTH * FLIGHT_WORDS
 TICKET_SHIFT = 40
 _START_MASK = (1 << TICKET_SHIFT) - 1
 _LOCAL_PROT, _INVALID, _UNREACHED = mlx5.SYNDROME_LOCAL_PROT, mlx5.SYNDROME_REMOTE_INVALID, mlx5.SYNDROME_TRANSPORT
+_LOCAL_COPY = mlx5.SYNDROME_LOCAL_OP
 _CQE_ERR, _CQE_REQ = mlx5.CQE_REQ_ERR << 4, mlx5.CQE_REQ << 4
 _INLINE_AT = mlx5.WQE_FIELDS.fields["inline_data"][1]
 
@@ -107,14 +111,12 @@ def _be64(x):
 
 @njit(nogil=True, cache=True)
 def _lock(table, word):
-    address = table.ctypes.data + 8 * word
-    while target.apply_atomic(target.AMO_CAS, 8, address, 1, 0) != 0:
-        _native.sched_yield()       # held for a few stores, or one doorbell's sends
+    target.spin_lock(table.ctypes.data + 8 * word)
 
 
 @njit(nogil=True, cache=True)
 def _unlock(table, word):
-    target.apply_atomic(target.AMO_SWAP, 8, table.ctypes.data + 8 * word, 0, 0)
+    target.spin_unlock(table.ctypes.data + 8 * word)
 
 
 @njit(nogil=True, cache=True)
@@ -154,13 +156,15 @@ def wire_request(opcode, size, inline, o0, o1, o2, o3):
 
 
 @njit(nogil=True, cache=True)
-def _registered(keys, lkey, address, nbytes):
-    """True when [address, address + nbytes) lies in the region of local key ``lkey``
-    (``keys``: ``pgas.nic._regions.KeyTable.rows``)."""
+def _window_of(keys, lkey, address, nbytes):
+    """How the NIC reaches [address, address + nbytes) in the region of local key ``lkey``
+    (``keys``: ``pgas.nic._regions.KeyTable.rows``): 0 host memory, else the region's
+    window (``_window``); -1 when the bytes are not all in such a region."""
     for row in range(1, keys[0, 0] + 1):
         if keys[row, 0] == lkey and lkey != 0:
-            return keys[row, 1] <= address and address - keys[row, 1] <= keys[row, 2] - nbytes
-    return False
+            inside = keys[row, 1] <= address and address - keys[row, 1] <= keys[row, 2] - nbytes
+            return keys[row, 3] if inside else -1
+    return -1
 
 
 @njit(nogil=True, cache=True)
@@ -220,15 +224,37 @@ def _finish(table, q, start, syndrome):
 
 
 @njit(nogil=True, cache=True)
+def _to_local(table, f, source, nbytes):
+    """``nbytes`` at host address ``source`` to WQE ``f``'s local address (through its
+    window, for GPU memory); a syndrome."""
+    through = table[f + F_WINDOW]
+    if through == 0:
+        _native.memcpy(table[f + F_LADDR], source, nbytes)
+        return 0
+    return 0 if window.write(through, table[f + F_LADDR], source, nbytes) else _LOCAL_COPY
+
+
+@njit(nogil=True, cache=True)
+def _from_buffer(table, f, nbytes):
+    """A read's data received into WQE ``f``'s host buffer goes on to its local address
+    (GPU memory); a syndrome. Without a buffer it has landed in place."""
+    buffer = table[f + F_BUFFER]
+    return 0 if buffer == 0 else _to_local(table, f, buffer, nbytes)
+
+
+@njit(nogil=True, cache=True)
 def land(table, ticket, syndrome, fetched):
     """The answer to request ``ticket``: a fetched value at the WQE's local address
-    (network byte order), then its completion."""
+    (network byte order), then its completion; the host buffer its data went through freed."""
     q, start = ticket >> TICKET_SHIFT, ticket & _START_MASK
     f = _flight(q, start)
     size = table[f + F_SIZE]
     if syndrome == 0 and size != 0:
         table[f + F_DATA] = _be64(fetched) if size == 8 else _be32(fetched & 0xFFFFFFFF)
-        _native.memcpy(table[f + F_LADDR], table.ctypes.data + 8 * (f + F_DATA), size)
+        syndrome = _to_local(table, f, table.ctypes.data + 8 * (f + F_DATA), size)
+    if table[f + F_BUFFER] != 0:
+        _native.free(table[f + F_BUFFER])
+        table[f + F_BUFFER] = 0
     _finish(table, q, start, syndrome)
     complete(table, q)
     row = row_of(q)
@@ -291,7 +317,9 @@ def drain(table, q, keys, wqes):
         o2, o3 = np.int64(w.operands[2]), np.int64(w.operands[3])
         op, value, compare = wire_request(w.opcode, size, w.inline, np.int64(w.operands[0]), np.int64(w.operands[1]),
                                           o2, o3)
-        if op < 0 or not (w.inline or nbytes == 0 or _registered(keys, np.int64(w.lkey), laddr, nbytes)):
+        through = 0 if w.inline or nbytes == 0 else _window_of(keys, np.int64(w.lkey), laddr, nbytes)
+        table[f + F_WINDOW], table[f + F_BUFFER] = through, 0
+        if op < 0 or through < 0:
             _finish(table, q, start, _INVALID if op < 0 else _LOCAL_PROT)
             continue
         small = op != target.GET and op != target.PUT and nbytes <= 8
@@ -316,6 +344,14 @@ def drain(table, q, keys, wqes):
         if op == target.PUT_INLINE:     # its bytes kept with the flight until the answer
             data = table.ctypes.data + 8 * (f + F_DATA)
             _native.memcpy(data, inline, nbytes)
+        elif op == target.PUT and through != 0:     # GPU memory: copied out into a buffer, freed at the answer
+            data = _native.malloc(nbytes)
+            if data == 0 or not window.read(through, data, laddr, nbytes):
+                if data != 0:
+                    _native.free(data)
+                _finish(table, q, start, _LOCAL_COPY)
+                continue
+            table[f + F_BUFFER] = data
         elif op == target.PUT:
             data = laddr
         large = nbytes > target.EAGER_BYTES     # its data may land after what follows: a fence
@@ -368,17 +404,22 @@ def post_and_ring(table, keys, wqes, q, descriptor, kind, opcode, raddr, rkey, l
 @njit(nogil=True, cache=True)
 def drain_rung(table, keys, wqes):
     """Send what every rung queue's doorbell announced, and what waited behind a fence
-    now lifted (the progress thread, and threads about to wait); True if any rang."""
-    if table[G_RUNG] == 0:
+    now lifted (the progress thread, and threads about to wait); True if any rang. The
+    rung words of queues whose posters cannot ring (``G_POLLED``: GPU threads) are read
+    on every call."""
+    rang = table[G_RUNG] != 0
+    if not rang and table[G_POLLED] == 0:
         return False
     table[G_RUNG] = 0
     target.fence()
     for q in range(table[G_QUEUES]):
         row = row_of(q)
         rung = table[row + Q_RUNG]
-        if rung == 0 or table[row + Q_LIFTED] != 0 or target.apply_atomic(target.AMO_FETCH, 8, rung, 0, 0) != 0:
+        if rung != 0 and target.apply_atomic(target.AMO_FETCH, 8, rung, 0, 0) != 0:
+            rang = drain(table, q, keys, wqes) > 0 or rang
+        elif rang and (rung == 0 or table[row + Q_LIFTED] != 0):
             drain(table, q, keys, wqes)
-    return True
+    return rang
 
 
 @njit(nogil=True, cache=True)
@@ -417,6 +458,7 @@ def progress_until(worker, waiters, table, keys, wqes, word, value, spins):
 def _register():
     ucp.load()
     target.atomics()
+    window.symbols()
     ucp.register_symbol("nic_decode_wqes", ctypes.cast(decoder(), ctypes.c_void_p).value)
 
 
@@ -437,17 +479,23 @@ def _build():
         h = carray(header, (target.ANSWER_WORDS,))
         ticket, syndrome = h[0], h[1]
         if syndrome == 0 and length > 0:            # a read's data
-            laddr = table[_flight(ticket >> TICKET_SHIFT, ticket & _START_MASK) + F_LADDR]
+            f = _flight(ticket >> TICKET_SHIFT, ticket & _START_MASK)
             if param[0] & ucp.AM_RECV_ATTR_FLAG_RNDV == 0:
-                _native.memcpy(laddr, data, length)
-            else:                   # straight into its place; complete when it has landed
-                request = _native.ucp_am_recv_data_nbx(table[G_WORKER], data, laddr, length, table[G_RECEIVE_PARAMS])
-                if request > 0:
-                    table[G_PENDING] = ticket
-                    _native.memcpy(request, table.ctypes.data + 8 * G_PENDING, 8)
-                    return 0
-                if request < 0:
-                    syndrome = _INVALID
+                syndrome = _to_local(table, f, data, length)
+            else:       # straight into its place (GPU memory: a host buffer first); complete when it has landed
+                buffer = 0 if table[f + F_WINDOW] == 0 else _native.malloc(length)
+                table[f + F_BUFFER] = buffer
+                if table[f + F_WINDOW] != 0 and buffer == 0:
+                    syndrome = _LOCAL_COPY
+                else:
+                    request = _native.ucp_am_recv_data_nbx(table[G_WORKER], data,
+                                                           table[f + F_LADDR] if buffer == 0 else buffer, length,
+                                                           table[G_RECEIVE_PARAMS])
+                    if request > 0:
+                        table[G_PENDING] = ticket
+                        _native.memcpy(request, table.ctypes.data + 8 * G_PENDING, 8)
+                        return 0
+                    syndrome = _INVALID if request < 0 else _from_buffer(table, f, length)
         land(table, ticket, syndrome, h[2])
         return 0
 
@@ -465,7 +513,9 @@ def _build():
         table = carray(arg, (TABLE_WORDS,))
         _native.memcpy(table.ctypes.data + 8 * G_PENDING, request, 8)
         _native.ucp_request_free(request)
-        land(table, table[G_PENDING], 0 if status == 0 else _INVALID, 0)
+        ticket = table[G_PENDING]
+        f = _flight(ticket >> TICKET_SHIFT, ticket & _START_MASK)
+        land(table, ticket, _INVALID if status != 0 else _from_buffer(table, f, length), 0)
 
     return on_answer, on_answers, on_get_received
 

@@ -9,9 +9,9 @@ from ..core._errors import PgasError
 from ..core._waiting import precise_sleeps
 from ..nic import _mlx5 as mlx5
 from . import _batch as batch, _nic_code as code, _target as target, _ucp as ucp
-from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_WORKER, G_QUEUES, DEPTH,
-                        MAX_QUEUES, Q_CQ, Q_CQES, Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ, Q_QPN, Q_RUNG, Q_SQ,
-                        TABLE_WORDS)
+from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_POLLED, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_WORKER, G_QUEUES,
+                        DEPTH, MAX_QUEUES, Q_CQ, Q_CQES, Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ, Q_QPN, Q_RUNG,
+                        Q_SQ, TABLE_WORDS)
 from ._worker import Worker
 
 __all__ = ["NicQueues"]
@@ -21,7 +21,8 @@ class NicQueues:
     """The native NIC of one PE for the queue pairs ``add``ed to it (the GPU-initiated
     path's and the proxy's), on a UCX worker of its own that also serves this PE's heap to
     its peers. ``nic`` (``pgas.nic.Nic``) gives the peers, their heaps and the local keys;
-    ``heap_region`` is this PE's heap as registered there."""
+    ``heap_region`` is this PE's heap as registered there. A heap in GPU memory (the cuda
+    backend: no ``view``) is refused to the peers until ``reach_heap`` gives its window."""
 
     def __init__(self, nic, heap_region):
         from . import _cache as wire_cache
@@ -32,7 +33,9 @@ class NicQueues:
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.nic = nic
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
-        self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey)
+        self._heap_region = heap_region
+        self._target = target.serve_heap(self.worker, heap_region.base,
+                                         heap_region.size if heap_region.view is not None else 0, heap_region.rkey)
         self.table = np.zeros(TABLE_WORDS, np.int64)     # (untouched pages cost nothing)
         self._receive_params = ucp.request_params(0, on_get_received, self.table)
         self._send_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
@@ -58,9 +61,20 @@ class NicQueues:
         for each context's lane)."""
         return self.worker.endpoints if lane == 0 else self.worker.connect_again()
 
-    def add(self, qp, endpoint: int, rung_at: int = 0) -> int:
+    def reach_heap(self, window) -> None:
+        """This PE's heap is GPU memory reached through ``window`` (its ``native_address``:
+        ``_window``): the peers' requests are applied through it from now on, and WQEs
+        whose local side lies in the heap are copied through it."""
+        region = self._heap_region
+        region.window = window
+        self.nic.keys.add(region)
+        target.reach_through(self._target, window.native_address, region.size)
+
+    def add(self, qp, endpoint: int, rung_at: int = 0, polled: bool = False) -> int:
         """Serve queue pair ``qp`` through ``endpoint``; ``rung_at``: the address of its
-        rung word (0: none). Its row in the table."""
+        rung word (0: none); ``polled``: its posters cannot ring (GPU threads), so the
+        progress thread reads the rung word on every pass and never sleeps for long
+        (``_worker.serve``). Its row in the table."""
         if qp.depth != DEPTH:
             raise PgasError(f"the native NIC serves queue pairs of {DEPTH} blocks (this is a bug of pgas)")
         if self._queues == MAX_QUEUES:
@@ -72,6 +86,8 @@ class NicQueues:
         self.table[self._row(q) + np.array([Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_COLLAPSED])] = (
             address(qp.sq), address(qp.dbr), rung_at, address(qp.cq), address(qp.err_cq), qp.qpn, endpoint,
             int(qp.collapsed))
+        if polled:
+            self.table[G_POLLED] += 1
         self.table[G_QUEUES] = self._queues
         return q
 

@@ -21,21 +21,27 @@ request's own user area (``REQUEST_USER_BYTES``, asked for at ``ucp_init``).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import carray, njit, types
 
-from ..core._llvm import built_once, compile_ir
+from ..core._llvm import built_once
 from ..nic import _mlx5 as mlx5
-from . import _native, _ucp as ucp
+from . import _native, _ucp as ucp, _window as window
+from ._atomics import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_MLX5, AMO_OR, AMO_SWAP, AMO_XOR, GET, PUT,
+                       PUT_INLINE, apply_atomic, atomics, fence, spin_lock, spin_unlock)
 
 __all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "AM_BATCH", "AM_ANSWERS", "MAX_BATCH",
            "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "EAGER_BYTES", "callbacks", "atomics",
-           "serve_heap"]
+           "serve_heap", "reach_through", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR", "AMO_XOR",
+           "AMO_FETCH", "AMO_MLX5", "apply_atomic", "fence", "spin_lock", "spin_unlock"]
 
 AM_REQUEST, AM_ANSWER, AM_BATCH, AM_ANSWERS = 0x50, 0x51, 0x52, 0x53
 REQUEST_WORDS, ANSWER_WORDS = 10, 3
 MAX_BATCH = 16              # requests in one AM_BATCH (pgas.wire._batch)
 H_TICKET, H_OP, H_SIZE, H_RKEY, H_RADDR, H_NBYTES, H_VALUE, H_COMPARE, H_MASK, H_COMPARE_MASK = range(REQUEST_WORDS)
-REQUEST_USER_BYTES = 16      # a receive in flight: its ticket, and (target) the endpoint to answer on
+# a receive in flight: its ticket, and (target) the endpoint to answer on, the host buffer the
+# data lands in first when the heap is GPU memory, where it goes then and its size; an answer
+# in flight from such a buffer: the buffer
+REQUEST_USER_BYTES = 40
 # Data of up to this many bytes travels eagerly, with its request or answer (UCX is told so),
 # and the target applies it before the requests behind it. Larger data may go by rendezvous,
 # which lands after them: whoever sends it sends nothing more to that PE until it has
@@ -43,12 +49,15 @@ REQUEST_USER_BYTES = 16      # a receive in flight: its ticket, and (target) the
 EAGER_BYTES = 64 << 10
 # The target's state (int64 words): the heap's base, size and rkey; the parameters of answers
 # (of small ones: eager); the state's own address; refusals it could not answer; the worker;
-# the parameters of rendezvous receives; an answer header being written; a receive's ticket
-# and reply endpoint.
-T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_UNANSWERED, T_WORKER, T_RECEIVE_PARAMS, T_EAGER_PARAMS = range(9)
-T_ANSWER = 9
+# the parameters of rendezvous receives; the window through which the heap is reached (0:
+# host memory, loaded and stored), the parameters of answers whose data is in a buffer of
+# their own (freed when sent: large, eager); an answer header being written; a receive in
+# flight's user words.
+T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_UNANSWERED, T_WORKER, T_RECEIVE_PARAMS, T_EAGER_PARAMS, \
+    T_WINDOW, T_BUFFERED_PARAMS, T_BUFFERED_EAGER_PARAMS = range(12)
+T_ANSWER = 12
 T_PENDING = T_ANSWER + ANSWER_WORDS
-T_ANSWERS = T_PENDING + 2           # a batch's answers being written
+T_ANSWERS = T_PENDING + REQUEST_USER_BYTES // 8     # a batch's answers being written
 TARGET_WORDS = T_ANSWERS + MAX_BATCH * ANSWER_WORDS
 # The requester's ring (int64 words): its capacity, worker, parameters of rendezvous receives,
 # its own address, a receive's ticket, the next ticket, the first slot not yet free, the
@@ -61,88 +70,13 @@ RING_HEADER = 8
 C_DONE, C_RESULT, C_SYNDROME, C_LADDR, C_OP, C_WAITED, C_PE, C_RADDR, C_NBYTES = range(9)
 COLUMNS = 9
 
-# Operations, as the engines number them (pgas.transport._ibgda_ir)
-PUT, PUT_INLINE, GET, AMO_ADD, AMO_CAS, AMO_SWAP, AMO_AND, AMO_OR, AMO_XOR, AMO_FETCH = range(10)
-# an mlx5 masked atomic no single operation above does (the native NIC's, pgas.wire._nic_code):
-# its opcode in the size word's second byte, its four operands in value, compare and the masks
-AMO_MLX5 = 10
-
-_RMW = {AMO_ADD: "add", AMO_SWAP: "xchg", AMO_AND: "and", AMO_OR: "or", AMO_XOR: "xor"}
-
-
-def _atomics_ir(t: str) -> str:
-    """LLVM IR of ``apply_<t>(op, address, value, compare)``: the atomic ``op`` (the engines'
-    numbering) on the word of type ``t`` (i32 or i64) at ``address``; its old value,
-    zero-extended. Operands come in as i64."""
-    narrow = (lambda name, v: f"%{name} = trunc i64 {v} to {t}") if t == "i32" else \
-        (lambda name, v: f"%{name} = add i64 {v}, 0")
-    cases = " ".join(f"i64 {op}, label %op{op}" for op in (*_RMW, AMO_CAS, AMO_FETCH))
-    blocks = "".join(f"""
-op{op}:
-  %old{op} = atomicrmw {name} {t}* %p, {t} %v seq_cst
-  br label %done""" for op, name in _RMW.items())
-    phis = ", ".join(f"[%old{op}, %op{op}]" for op in (*_RMW, AMO_CAS, AMO_FETCH))
-    return f"""
-define i64 @apply_{t}(i64 %op, i64 %a, i64 %value, i64 %compare) {{
-entry:
-  %p = inttoptr i64 %a to {t}*
-  {narrow("v", "%value")}
-  {narrow("c", "%compare")}
-  switch i64 %op, label %other [{cases}]
-{blocks}
-op{AMO_CAS}:
-  %pair = cmpxchg {t}* %p, {t} %c, {t} %v seq_cst seq_cst
-  %old{AMO_CAS} = extractvalue {{ {t}, i1 }} %pair, 0
-  br label %done
-op{AMO_FETCH}:
-  %old{AMO_FETCH} = load atomic {t}, {t}* %p seq_cst, align {4 if t == "i32" else 8}
-  br label %done
-other:
-  ret i64 0
-done:
-  %old = phi {t} {phis}
-  {"%w = zext i32 %old to i64" if t == "i32" else "%w = add i64 %old, 0"}
-  ret i64 %w
-}}"""
-
-
-_ATOMICS_IR = _atomics_ir("i32") + _atomics_ir("i64") + """
-define i64 @apply_atomic(i64 %op, i64 %size, i64 %a, i64 %value, i64 %compare) {
-  %four = icmp eq i64 %size, 4
-  br i1 %four, label %narrow, label %wide
-narrow:
-  %n = call i64 @apply_i32(i64 %op, i64 %a, i64 %value, i64 %compare)
-  ret i64 %n
-wide:
-  %w = call i64 @apply_i64(i64 %op, i64 %a, i64 %value, i64 %compare)
-  ret i64 %w
-}
-define void @fence() {
-  fence seq_cst
-  ret void
-}
-"""
-
-
-class _Atomics:
-    """The compiled atomics, callable from numba code by symbol (``apply_atomic``, ``fence``)."""
-
-    def __init__(self):
-        self._engine = compile_ir(_ATOMICS_IR)     # keeps the code alive
-        ucp.register_symbol("wire_apply_atomic", self._engine.get_function_address("apply_atomic"))
-        ucp.register_symbol("wire_fence", self._engine.get_function_address("fence"))
-
-
-# apply_atomic(op, size, address, value, compare) -> old value, and a seq_cst fence: in numba
-# code, once ``atomics()`` has compiled them
-apply_atomic = types.ExternalFunction("pgas_wire_apply_atomic", types.int64(*[types.int64] * 5))
-fence = types.ExternalFunction("pgas_wire_fence", types.void())
 # the numba signatures of an active-message handler (ucp_am_recv_callback_t: arg, header,
 # header length, data, length, receive parameters) and of a receive's completion
 HANDLER = types.int32(types.CPointer(types.int64), types.CPointer(types.int64), types.int64, types.int64,
                       types.int64, types.CPointer(types.int64))
 COMPLETION = types.void(types.int64, types.int32, types.int64, types.CPointer(types.int64))
-_ACCESS, _INVALID = mlx5.SYNDROME_REMOTE_ACCESS, mlx5.SYNDROME_REMOTE_INVALID
+SENT = types.void(types.int64, types.int32, types.CPointer(types.int64))    # a send's completion
+_ACCESS, _INVALID, _UNREACHABLE = mlx5.SYNDROME_REMOTE_ACCESS, mlx5.SYNDROME_REMOTE_INVALID, mlx5.SYNDROME_REMOTE_OP
 _REPLY_EP_FIELD, _RENDEZVOUS = ucp.AM_RECV_ATTR_FIELD_REPLY_EP, ucp.AM_RECV_ATTR_FLAG_RNDV
 
 
@@ -169,6 +103,49 @@ def _outside_heap(state, rkey, raddr, nbytes):
         or raddr - base > heap_size - nbytes
 
 
+@njit(nogil=True, cache=True)
+def _store(state, raddr, data, nbytes):
+    """``nbytes`` at host address ``data`` into the heap at ``raddr``; a syndrome."""
+    if state[T_WINDOW] == 0:
+        _native.memcpy(raddr, data, nbytes)
+        return 0
+    return 0 if window.write(state[T_WINDOW], raddr, data, nbytes) else _UNREACHABLE
+
+
+@njit(nogil=True, cache=True)
+def _from_buffer(state, buffer, raddr, nbytes, status):
+    """A put's data received into ``buffer`` (GPU heap: host memory first) goes to the heap,
+    and the buffer is freed; a syndrome (``status``: the receive's)."""
+    syndrome = _INVALID if status != 0 else 0
+    if buffer != 0:
+        if syndrome == 0:
+            syndrome = _store(state, raddr, buffer, nbytes)
+        _native.free(buffer)
+    return syndrome
+
+
+@njit(nogil=True, cache=True)
+def _answer_from_window(state, reply_ep, ticket, raddr, nbytes):
+    """Answer a get from a GPU heap: its bytes copied out into a buffer of their own, sent
+    from there, and the buffer freed once sent (``on_buffer_sent``)."""
+    buffer = _native.malloc(nbytes)
+    if buffer == 0 or not window.read(state[T_WINDOW], buffer, raddr, nbytes):
+        if buffer != 0:
+            _native.free(buffer)
+        _answer(state, reply_ep, ticket, _UNREACHABLE, 0, 0, 0)
+        return
+    state[T_ANSWER], state[T_ANSWER + 1], state[T_ANSWER + 2] = ticket, 0, 0
+    request = _native.ucp_am_send_nbx(reply_ep, AM_ANSWER, state[T_SELF] + 8 * T_ANSWER, 8 * ANSWER_WORDS, buffer,
+                                      nbytes, state[T_BUFFERED_EAGER_PARAMS if nbytes <= EAGER_BYTES
+                                                    else T_BUFFERED_PARAMS])
+    if request > 0:     # (inside a handler: its completion cannot run before this store)
+        carray(window.words_at(request), (1,))[0] = buffer
+    else:
+        _native.free(buffer)
+        if request < 0:
+            state[T_UNANSWERED] += 1
+
+
 _atomic_result = njit(nogil=True, cache=True)(mlx5.atomic_result)
 
 
@@ -188,8 +165,9 @@ def _masked(opcode, size, address, o0, o1, o2, o3):
 
 
 @njit(nogil=True, cache=True)
-def _atomic(h, raddr, nbytes):
-    """(syndrome, old value) of the atomic of request header ``h`` on the heap word at ``raddr``."""
+def _atomic(h, raddr, nbytes, through):
+    """(syndrome, old value) of the atomic of request header ``h`` on the heap word at
+    ``raddr`` (``through``: the heap's window, or 0)."""
     op, size = h[H_OP], h[H_SIZE] & 0xFF
     if (size != 4 and size != 8) or nbytes != size or raddr % size != 0 or op < AMO_ADD or op > AMO_MLX5:
         return _INVALID, 0
@@ -197,7 +175,13 @@ def _atomic(h, raddr, nbytes):
         opcode = h[H_SIZE] >> 8
         if opcode != mlx5.OP_MASKED_CS and opcode != mlx5.OP_MASKED_FA:
             return _INVALID, 0
-        return 0, _masked(opcode, size, raddr, h[H_VALUE], h[H_COMPARE], h[H_MASK], h[H_COMPARE_MASK])
+    if through != 0:
+        opcode, o0, o1, o2, o3 = window.as_mlx5(op, h[H_SIZE], h[H_VALUE], h[H_COMPARE], h[H_MASK],
+                                                 h[H_COMPARE_MASK])
+        ok, old = window.atomic(through, raddr, opcode, size, o0, o1, o2, o3)
+        return (0 if ok else _UNREACHABLE), old
+    if op == AMO_MLX5:
+        return 0, _masked(h[H_SIZE] >> 8, size, raddr, h[H_VALUE], h[H_COMPARE], h[H_MASK], h[H_COMPARE_MASK])
     return 0, apply_atomic(op, size, raddr, h[H_VALUE], h[H_COMPARE])
 
 
@@ -212,13 +196,15 @@ def _land(ring, capacity, ticket, syndrome, result):
 
 
 def _build_callbacks():
-    """(on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers): the
-    active-message handlers and the completions of their rendezvous receives, compiled
-    (or loaded from numba's cache)."""
-    from numba import carray, cfunc
+    """(on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers,
+    on_buffer_sent): the active-message handlers, the completions of their rendezvous
+    receives and of answers sent from a buffer of their own, compiled (or loaded from
+    numba's cache)."""
+    from numba import cfunc
 
     ucp.load()
     atomics()
+    window.symbols()
     handler, completion = HANDLER, COMPLETION
 
     @cfunc(handler, nopython=True, cache=True)
@@ -236,19 +222,27 @@ def _build_callbacks():
             if length != nbytes:
                 syndrome = _INVALID
             elif param[0] & _RENDEZVOUS == 0:
-                _native.memcpy(raddr, data, nbytes)
-            else:                          # straight into the heap; answered when it has landed
-                request = _native.ucp_am_recv_data_nbx(state[T_WORKER], data, raddr, nbytes, state[T_RECEIVE_PARAMS])
-                if request > 0:
-                    state[T_PENDING], state[T_PENDING + 1] = h[H_TICKET], param[1]
-                    _native.memcpy(request, state[T_SELF] + 8 * T_PENDING, REQUEST_USER_BYTES)
-                    return 0
-                if request < 0:
-                    syndrome = _INVALID
+                syndrome = _store(state, raddr, data, nbytes)
+            else:                          # straight into the heap (a GPU heap: a buffer first); answered when landed
+                buffer = 0 if state[T_WINDOW] == 0 else _native.malloc(nbytes)
+                if state[T_WINDOW] != 0 and buffer == 0:
+                    syndrome = _UNREACHABLE
+                else:
+                    request = _native.ucp_am_recv_data_nbx(state[T_WORKER], data, raddr if buffer == 0 else buffer,
+                                                           nbytes, state[T_RECEIVE_PARAMS])
+                    if request > 0:
+                        state[T_PENDING], state[T_PENDING + 1], state[T_PENDING + 2] = h[H_TICKET], param[1], buffer
+                        state[T_PENDING + 3], state[T_PENDING + 4] = raddr, nbytes
+                        _native.memcpy(request, state[T_SELF] + 8 * T_PENDING, REQUEST_USER_BYTES)
+                        return 0
+                    syndrome = _from_buffer(state, buffer, raddr, nbytes, 0 if request == 0 else -1)
         elif op == GET:
+            if state[T_WINDOW] != 0 and nbytes > 0:
+                _answer_from_window(state, param[1], h[H_TICKET], raddr, nbytes)
+                return 0
             answer_data, answer_length = raddr, nbytes
         else:
-            syndrome, fetched = _atomic(h, raddr, nbytes)
+            syndrome, fetched = _atomic(h, raddr, nbytes, state[T_WINDOW])
         _answer(state, param[1], h[H_TICKET], syndrome, fetched, answer_data, answer_length)
         return 0
 
@@ -272,11 +266,11 @@ def _build_callbacks():
                 if nbytes > 8:
                     syndrome = _INVALID
                 else:
-                    _native.memcpy(raddr, requests.ctypes.data + 8 * (i * REQUEST_WORDS + H_VALUE), nbytes)
+                    syndrome = _store(state, raddr, requests.ctypes.data + 8 * (i * REQUEST_WORDS + H_VALUE), nbytes)
             elif op == PUT or op == GET:
                 syndrome = _INVALID         # they carry or fetch data: never batched
             else:
-                syndrome, fetched = _atomic(h, raddr, nbytes)
+                syndrome, fetched = _atomic(h, raddr, nbytes, state[T_WINDOW])
             at = T_ANSWERS + i * ANSWER_WORDS
             state[at], state[at + 1], state[at + 2] = h[H_TICKET], syndrome, fetched
         request = _native.ucp_am_send_nbx(param[1], AM_ANSWERS, state[T_SELF] + 8 * T_ANSWERS,
@@ -292,7 +286,14 @@ def _build_callbacks():
         state = carray(arg, (TARGET_WORDS,))
         _native.memcpy(state[T_SELF] + 8 * T_PENDING, request, REQUEST_USER_BYTES)
         _native.ucp_request_free(request)
-        _answer(state, state[T_PENDING + 1], state[T_PENDING], 0 if status == 0 else _INVALID, 0, 0, 0)
+        syndrome = _from_buffer(state, state[T_PENDING + 2], state[T_PENDING + 3], state[T_PENDING + 4], status)
+        _answer(state, state[T_PENDING + 1], state[T_PENDING], syndrome, 0, 0, 0)
+
+    @cfunc(SENT, nopython=True, cache=True)
+    def on_buffer_sent(request, status, arg):
+        """An answer sent from a buffer of its own (a GPU heap's bytes): the buffer is freed."""
+        _native.free(carray(window.words_at(request), (1,))[0])
+        _native.ucp_request_free(request)
 
     @cfunc(handler, nopython=True, cache=True)
     def on_answer(arg, header, header_length, data, length, param):
@@ -336,26 +337,37 @@ def _build_callbacks():
         _native.ucp_request_free(request)
         _land(ring, capacity, ring[R_PENDING], 0 if status == 0 else _INVALID, 0)
 
-    return on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers
+    return on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers, on_buffer_sent
 
 
-atomics = built_once(_Atomics)
 callbacks = built_once(_build_callbacks)
 
 
 def serve_heap(worker, base: int, size: int, rkey: int) -> list:
     """Check and apply, in native code, the requests and batches that arrive at ``worker``
     (a ``_worker.Worker``, before it starts) for the heap [base, base + size) named by
-    ``rkey``; what must stay alive as long as the worker (the target's state and its
-    requests' parameters)."""
-    on_request, _, on_put_received, _, on_batch, _ = callbacks()
+    ``rkey`` (``size`` 0: every request refused until ``reach_through``); what must stay
+    alive as long as the worker (the target's state, first, and its requests' parameters)."""
+    on_request, _, on_put_received, _, on_batch, _, on_buffer_sent = callbacks()
     state = np.zeros(TARGET_WORDS, np.int64)
     answer_params = ucp.request_params(ucp.AM_SEND_FLAG_COPY_HEADER)
     eager_params = ucp.request_params(ucp.AM_SEND_FLAG_COPY_HEADER | ucp.AM_SEND_FLAG_EAGER)
     receive_params = ucp.request_params(0, on_put_received, state)
-    state[[T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_WORKER, T_RECEIVE_PARAMS, T_EAGER_PARAMS]] = (
+    buffered_params = ucp.request_params(ucp.AM_SEND_FLAG_COPY_HEADER, on_buffer_sent, state)
+    buffered_eager_params = ucp.request_params(ucp.AM_SEND_FLAG_COPY_HEADER | ucp.AM_SEND_FLAG_EAGER,
+                                               on_buffer_sent, state)
+    state[[T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_WORKER, T_RECEIVE_PARAMS, T_EAGER_PARAMS,
+           T_BUFFERED_PARAMS, T_BUFFERED_EAGER_PARAMS]] = (
         base, size, rkey, answer_params.ctypes.data, state.ctypes.data, worker.handle, receive_params.ctypes.data,
-        eager_params.ctypes.data)
+        eager_params.ctypes.data, buffered_params.ctypes.data, buffered_eager_params.ctypes.data)
     worker.handle_messages(AM_REQUEST, on_request, state.ctypes.data)
     worker.handle_messages(AM_BATCH, on_batch, state.ctypes.data)
-    return [state, answer_params, eager_params, receive_params]
+    return [state, answer_params, eager_params, receive_params, buffered_params, buffered_eager_params]
+
+
+def reach_through(served: list, through: int, size: int) -> None:
+    """The heap that ``serve_heap`` serves (``served``: what it returned) is GPU memory of
+    ``size`` bytes, reached through the window at ``through`` (``_window``) from now on."""
+    state = served[0]
+    state[T_WINDOW] = through       # before the size that lets requests in (stores stay in order on x86)
+    state[T_SIZE] = size

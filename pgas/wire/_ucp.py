@@ -105,8 +105,9 @@ _DECLARATIONS = {            # name: (result, arguments)
 }
 
 
-_LIBC = {"poll": (_int, (_P, _P, _int)), "memcpy": (_P, (_P, _P, _P)), "sched_yield": (_int, ()),
-         "clock_gettime": (_int, (_int, _P)), "nanosleep": (_int, (_P, _P))}
+_LIBC = {"poll": (_int, (_P, _P, _int)), "ppoll": (_int, (_P, _P, _P, _P)), "memcpy": (_P, (_P, _P, _P)),
+         "sched_yield": (_int, ()), "clock_gettime": (_int, (_int, _P)), "nanosleep": (_int, (_P, _P)),
+         "malloc": (_P, (_P,)), "free": (None, (_P,))}
 _NATIVE = ("ucp_worker_progress", "ucp_worker_arm", "ucp_worker_signal", "ucp_am_send_nbx", "ucp_am_recv_data_nbx",
            "ucp_request_free", *_LIBC)     # what native code calls
 

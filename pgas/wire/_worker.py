@@ -36,6 +36,11 @@ _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it 
 # waits itself and a longer-spinning thread only competes with it for the two cores.
 _HOT_NS = 100_000
 _HOT_SENDING_NS = 1_000_000
+# With queues whose posters cannot ring (GPU threads, ``nic_code.G_POLLED``) the thread
+# never sleeps longer than this: it naps, growing from _NAP_NS, and reads their rung words
+# between naps (NVSHMEM's CPU proxy polls them without sleeping). A lone request after a
+# quiet spell waits up to a nap; an idle PE's thread wakes ~2000 times a second.
+_NAP_NS, _MAX_NAP_NS = 20_000, 500_000
 _CLOSE_PAUSE_S, _CLOSE_WAIT_S = 1e-4, 10.0
 # How a thread waiting for an answer waits (the ucx engine's and the native NIC's): rounds of
 # progress (``progress_until``, each yielding the core when idle) before it sleeps: few, since
@@ -60,6 +65,16 @@ def sleep_on_events(worker, pollfd, milliseconds):
 
 
 @njit(nogil=True, cache=True)
+def _nap_on_events(worker, pollfd, timespec, nanoseconds):
+    """Sleep until the worker has events or ``nanoseconds`` pass; True if it has events."""
+    if _native.ucp_worker_arm(worker) != ucp.UCS_OK:
+        return True
+    pollfd[1] = 1
+    timespec[0], timespec[1] = nanoseconds // 1_000_000_000, nanoseconds % 1_000_000_000
+    return _native.ppoll(pollfd.ctypes.data, 1, timespec.ctypes.data, 0) != 0
+
+
+@njit(nogil=True, cache=True)
 def serve(state, pollfd, batches, doorbells, keys, wqes):
     """Progress; after the last message, keep looking (yielding the core each time)
     for _HOT_NS (_HOT_SENDING_NS after sending doorbells' WQEs), as a NIC's interrupt
@@ -69,17 +84,19 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
     ``_nic_code.drain_rung``; rung while it sleeps, the ringing thread sends them). While
     a thread waits in ``progress_until`` (``state[_WAITERS]``) and this one has not sent
     doorbells' WQEs, leave the worker to the waiter: sleep on the events at once, and
-    the progress made meanwhile does not keep it awake."""
+    the progress made meanwhile does not keep it awake. With queues whose rung words must
+    be polled (GPU threads'), it naps instead of sleeping (``_NAP_NS``)."""
     worker = state[_WORKER]
     timespec, pause = np.zeros(2, np.int64), np.zeros(2, np.int64)
     last = batch.now_ns(timespec)
     nic_code.sleeping(doorbells, False)
-    window = _HOT_NS
+    window, nap = _HOT_NS, _NAP_NS
     while state[_STOP] == 0:
         progressed = _native.ucp_worker_progress(worker) != 0
         sent = nic_code.drain_rung(doorbells, keys, wqes)     # (doorbells even while busy)
         waited_on = state[_WAITERS] != 0 and window == _HOT_NS     # (a sender stays hot)
         if sent or progressed:
+            nap = _NAP_NS
             if sent:
                 last, window = batch.now_ns(timespec), _HOT_SENDING_NS
             elif not waited_on:         # (answers a waiter polls for itself do not keep it hot)
@@ -98,12 +115,18 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
             continue
         batches[B_SLEEPING] = 1      # a thread that stages from now on sends at once
         target.fence()
+        woken = True
         if batches[B_STAGED] == 0 and nic_code.sleeping(doorbells, True):
-            sleep_on_events(worker, pollfd, _IDLE_POLL_MS)
+            if doorbells[nic_code.G_POLLED] == 0:
+                sleep_on_events(worker, pollfd, _IDLE_POLL_MS)
+            else:           # a nap that ends quietly leaves it asleep: the next one is longer
+                woken = _nap_on_events(worker, pollfd, pause, nap)
+                nap = min(2 * nap, _MAX_NAP_NS)
         nic_code.sleeping(doorbells, False)
         batches[B_SLEEPING] = 0
-        last = batch.now_ns(timespec)
-        window = _HOT_NS
+        if woken:
+            last = batch.now_ns(timespec)
+            window = _HOT_NS
 
 
 @njit(cache=True)
@@ -214,7 +237,7 @@ class Worker:
         pollfd = np.zeros(2, np.int32)          # struct pollfd: fd, events | revents << 16
         pollfd[0] = self.state[_EFD]
         if doorbells is None:                   # no NIC: a table with no queues
-            doorbells = (np.zeros(nic_code.GLOBAL_WORDS, np.int64), np.zeros((1, 3), np.int64),
+            doorbells = (np.zeros(nic_code.GLOBAL_WORDS, np.int64), np.zeros((1, 4), np.int64),
                          np.zeros(1, mlx5.WQE_FIELDS))
         self._kept = batches, doorbells         # alive while the thread reads them
         self._thread = threading.Thread(target=self._serve, args=(self.state, pollfd, batches, *doorbells),
