@@ -117,14 +117,17 @@ print("ok")
 
 
 @pytest.mark.gpu
-def test_device_operations_across_nodes_go_through_the_gpu_initiated_nic_path(tmp_path):
+@pytest.mark.parametrize("wire", ["ucx", "mpi"])
+def test_device_operations_across_nodes_go_through_the_gpu_initiated_nic_path(tmp_path, wire):
     """Two PEs as two nodes (sharing the GPU): device threads post their own WQEs to the
     emulated NIC (``_nic_device``), which reaches the GPU heaps through copies and
     its atomic kernel (``pgas/cuda/_nic_host.py``); host put/get to the other node post on
-    the host's queue pairs (``pgas/cuda/_remote_rma.py``)."""
+    the host's queue pairs (``pgas/cuda/_remote_rma.py``). The native NIC (wire ucx: it
+    polls the GPU queues' rung words and calls libcuda from native code) and the NIC's
+    thread over MPI."""
     script = tmp_path / "across_nodes.py"
     script.write_text(ACROSS_NODES)
-    proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"], env=CUDA,
-                   timeout=600)
+    proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"],
+                   env={**CUDA, "PGAS_NIC_WIRE": wire}, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert sorted(line for line in proc.stdout.splitlines() if line.endswith("ok")) == ["[0] ok", "[1] ok"]
