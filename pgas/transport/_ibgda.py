@@ -30,7 +30,7 @@ from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
 from ..wire._nic_queues import NicQueues
-from ..wire._worker import WAIT_SPINS, WAIT_YIELD_S, next_wait_pause
+from ..wire._worker import WAIT_SPINS, next_wait_pause
 from . import _ibgda_code as code
 from ._ibgda_ir import AMO_ADD, GET, OP_NAMES, PUT, PUT_INLINE, atomic_segments
 from ._lanes import Lanes
@@ -199,13 +199,10 @@ class Ibgda:
         woken, not every waiting thread at each completion. With the native NIC the thread
         progresses its worker itself (the answers' handlers write the CQEs), then backs off."""
         if queue.native is not None:
-            pause, started = [0.0], time.monotonic()
+            pause = [0.0]
 
             def block(seconds):
                 if not queue.native.progress_until(queue.row, floor, WAIT_SPINS):
-                    if time.monotonic() - started < WAIT_YIELD_S:
-                        time.sleep(0)       # only a yield (of the interpreter lock too) for about a round trip
-                        return
                     time.sleep(min(pause[0], seconds))
                     pause[0] = next_wait_pause(pause[0])
             sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block, lambda: [queue.peer])

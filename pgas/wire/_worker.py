@@ -23,7 +23,7 @@ from ..nic import _mlx5 as mlx5
 from . import _batch as batch, _native, _nic_code as nic_code, _target as target, _ucp as ucp
 from ._batch import B_SLEEPING, B_STAGED
 
-__all__ = ["Worker", "WAIT_SPINS", "WAIT_YIELD_S", "WAIT_MAX_PAUSE_S", "next_wait_pause"]
+__all__ = ["Worker", "WAIT_SPINS", "WAIT_MAX_PAUSE_S", "next_wait_pause"]
 
 _STOP, _EFD, _WORKER, _WAITERS = 0, 1, 2, 3     # words of the progress thread's state
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
@@ -50,10 +50,6 @@ _CLOSE_PAUSE_S, _CLOSE_WAIT_S = 1e-4, 10.0
 # sleeps growing to WAIT_MAX_PAUSE_S between rounds.
 WAIT_SPINS = 20
 WAIT_MAX_PAUSE_S = 1e-3
-# A waiter for the NIC's answer (``pgas.transport._ibgda``) only yields between its rounds for
-# this long (about a round trip between two hosts) before its sleeps grow: a sleep's wake-up
-# costs tens of microseconds here, and the answer was often just after the first rounds.
-WAIT_YIELD_S = 60e-6
 
 
 def next_wait_pause(pause: float) -> float:
