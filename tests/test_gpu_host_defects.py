@@ -463,6 +463,7 @@ def test_the_nics_window_on_gpu_memory_copies_through_pinned_memory(fake, monkey
     monkeypatch.setattr(_nic_host, "libcuda_functions", window_standin.driver)
     monkeypatch.setattr(_nic_host, "_atomic_kernel", lambda: (0xE0, 0x4B))
     window_standin.reset()
+    window_standin.context(0x99)
     gpu = np.zeros(40, np.int64)
     window = _nic_host.GpuWindow(gpu.ctypes.data, 0, _nic_host.PinnedMemory())
     assert window_standin.check_staged(window) == {"copy_out": 0, "copy_in": 0, "launch": 1}    # (at init)
@@ -472,9 +473,68 @@ def test_the_nics_window_on_gpu_memory_copies_through_pinned_memory(fake, monkey
     gpu[5] = -3
     assert window.atomic(40, mlx5.OP_ATOMIC_FA, [5, 0, 0, 0], 8) == 2 ** 64 - 3 and gpu[5] == 2
     assert window_standin.check_staged(window) == {"copy_out": 2, "copy_in": 4, "launch": 2}
-    assert {call[1] for call in window_standin.calls() if call[0] == "set_context"} == {0xC7}
+    # each call in the PE's context, the calling thread's own (here 0x99) put back after it
+    sets = [call[1] for call in window_standin.calls() if call[0] == "set_context"]
+    assert sets == [0xC7, 0x99] * 4 and window_standin.context() == 0x99, sets
     assert window.native.failures == 0 and window.native.table[_window.W_STREAM] == INTERNAL
     window_standin.fail(True)
     with pytest.raises(pgas.PgasError, match="could not copy out of GPU memory"):
         window.read(0, 8)
     window_standin.fail(False)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_gpus_queues_are_polled_by_the_native_nic_or_by_the_nics_thread(fake, native):
+    """Each GPU queue (pinned host memory, its descriptor copied to device memory) is added
+    to the native NIC polled (GPU threads cannot ring), through that NIC's endpoint to its
+    peer, with the rung word of its pinned descriptor; without the native NIC the NIC's
+    thread serves and polls it. Either way the device state gets a NIC row per peer."""
+    from pgas.cuda import _nic_host
+    from pgas.nic._queue_pair import QueuePair
+    from pgas.nic._regions import RemoteRegion
+    from pgas.transport import _ibgda_code as code
+
+    class FakeNic:
+        peers = [2, 3]
+        remote = {2: RemoteRegion(0x7000, 64, 0x52), 3: RemoteRegion(0x9000, 64, 0x53)}
+
+        def __init__(self):
+            self.polled, self.qps = [], []
+
+        def create_qp(self, peer, collapsed=False, allocate=np.zeros, served=True):
+            qp = QueuePair(qpn=0x100 + len(self.qps), peer=peer, collapsed=collapsed, allocate=allocate)
+            self.qps.append((qp, served))
+            return qp
+
+        def register(self, view, access):
+            return SimpleNamespace(lkey=0x40 + len(self.qps))
+
+        def poll(self, qp):
+            self.polled.append(qp.peer)
+
+    class FakeNative:
+        def __init__(self):
+            self.added = []
+
+        def endpoints(self, lane):
+            return {2: 0xE2, 3: 0xE3}
+
+        def add(self, qp, endpoint, rung_at, polled):
+            self.added.append((qp.peer, endpoint, rung_at, polled))
+            return len(self.added) - 1
+
+    nic, served_by = FakeNic(), FakeNative() if native else None
+    state = SimpleNamespace()
+    state.set_nic = lambda rows, lkey: setattr(state, "nic", (rows.copy(), lkey))
+    queues = _nic_host.GpuQueues(nic, _nic_host.PinnedMemory(), 0x11, state, 4, served_by)
+    assert [served for _, served in nic.qps] == [not native] * 2
+    if native:
+        assert [(peer, endpoint, polled) for peer, endpoint, _, polled in served_by.added] == [(2, 0xE2, True),
+                                                                                          (3, 0xE3, True)]
+        assert [added[2] for added in served_by.added] == [int(queue.descriptor[code.W["rung_at"]])
+                                                           for queue in queues.queues.values()]
+        assert nic.polled == []
+    else:
+        assert nic.polled == [2, 3]
+    rows, lkey = state.nic
+    assert lkey == 0x11 and rows[2, 1:3].tolist() == [0x52, 0x7000] and rows[3, 1:3].tolist() == [0x53, 0x9000]

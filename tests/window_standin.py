@@ -1,8 +1,9 @@
-"""A stand-in for the five libcuda functions a native window calls (``pgas.wire._window``),
+"""A stand-in for the six libcuda functions a native window calls (``pgas.wire._window``),
 over host memory: a "device" address is a host address. Every call is logged (``calls``:
 what it was, its arguments), so that tests see which copies ran, through which buffer and
-on which stream; the atomic "kernel" applies ``mlx5.atomic_result`` in a CPU compare-and-swap
-loop; ``fail(True)`` makes every call fail (a CUDA error) from then on."""
+on which stream; the current context is one word for the whole process (``context``); the
+atomic "kernel" applies ``mlx5.atomic_result`` in a CPU compare-and-swap loop;
+``fail(True)`` makes every call fail (a CUDA error) from then on."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,11 +11,11 @@ from numba import carray, cfunc, njit, types
 
 from pgas.wire import _native, _target, _window
 
-SET_CONTEXT, COPY_OUT, COPY_IN, SYNCHRONIZE, LAUNCH = range(1, 6)
-NAMES = {SET_CONTEXT: "set_context", COPY_OUT: "copy_out", COPY_IN: "copy_in", SYNCHRONIZE: "synchronize",
-         LAUNCH: "launch"}
+GET_CONTEXT, SET_CONTEXT, COPY_OUT, COPY_IN, SYNCHRONIZE, LAUNCH = range(1, 7)
+NAMES = {GET_CONTEXT: "get_context", SET_CONTEXT: "set_context", COPY_OUT: "copy_out", COPY_IN: "copy_in",
+         SYNCHRONIZE: "synchronize", LAUNCH: "launch"}
 _ROWS, _FIELDS = 1 << 16, 5
-_log = np.zeros(8 + _ROWS * _FIELDS, np.int64)       # count, failing; then rows (what, four arguments)
+_log = np.zeros(8 + _ROWS * _FIELDS, np.int64)       # count, failing, context; then rows (what, four arguments)
 _LOG = _log.ctypes.data                                # (a constant in the cfuncs below)
 
 
@@ -43,8 +44,18 @@ def _build():
     i64, u32 = types.int64, types.uint32
 
     @cfunc(types.int32(i64))
+    def get_context(pointer):
+        failed = log(GET_CONTEXT, pointer, 0, 0, 0)
+        if failed == 0:
+            carray(_window.words_at(pointer), (1,))[0] = carray(_window.words_at(_LOG), (3,))[2]
+        return failed
+
+    @cfunc(types.int32(i64))
     def set_context(context):
-        return log(SET_CONTEXT, context, 0, 0, 0)
+        failed = log(SET_CONTEXT, context, 0, 0, 0)
+        if failed == 0:
+            carray(_window.words_at(_LOG), (3,))[2] = context
+        return failed
 
     @cfunc(types.int32(i64, i64, i64, i64))
     def copy_out(host, device, nbytes, stream):
@@ -74,7 +85,7 @@ def _build():
             carray(_window.words_at(cell), (1,))[0] = _target._masked(opcode, size, address, o0, o1, o2, o3)
         return failed
 
-    return {"set_context": set_context, "copy_out": copy_out, "copy_in": copy_in, "synchronize": synchronize,
+    return {"get_context": get_context, "set_context": set_context, "copy_out": copy_out, "copy_in": copy_in, "synchronize": synchronize,
             "launch": launch}
 
 
@@ -116,6 +127,13 @@ def reset() -> None:
     _log[0] = 0
 
 
+def context(value: int | None = None) -> int:
+    """The current context (set to ``value`` first, if given)."""
+    if value is not None:
+        _log[2] = value
+    return int(_log[2])
+
+
 def check_staged(window) -> dict:
     """How many copies and launches of ``window`` (its ``native``: a ``_window.NativeWindow``)
     ran; AssertionError if any copy's host side was outside the window's staging buffer, any
@@ -138,4 +156,4 @@ def check_staged(window) -> dict:
     return seen
 
 
-__all__ = ["StandInWindow", "driver", "calls", "fail", "reset", "check_staged"]
+__all__ = ["StandInWindow", "driver", "calls", "fail", "reset", "context", "check_staged"]

@@ -170,8 +170,8 @@ def _atomic_kernel() -> tuple[int, int]:
     return int(module), int(kernel)
 
 
-_DRIVER = {"set_context": "cuCtxSetCurrent", "copy_out": "cuMemcpyDtoHAsync_v2", "copy_in": "cuMemcpyHtoDAsync_v2",
-           "synchronize": "cuStreamSynchronize", "launch": "cuLaunchKernel"}
+_DRIVER = {"get_context": "cuCtxGetCurrent", "set_context": "cuCtxSetCurrent", "copy_out": "cuMemcpyDtoHAsync_v2",
+           "copy_in": "cuMemcpyHtoDAsync_v2", "synchronize": "cuStreamSynchronize", "launch": "cuLaunchKernel"}
 
 
 @functools.cache
@@ -297,10 +297,10 @@ class GpuNicPath:
         try:
             self.pinned = PinnedMemory()
             self.window = GpuWindow(heap.base, heap.device, self.pinned)
-            if native is not None:
-                native.reach_heap(self.window)
             self.queues = GpuQueues(nic, self.pinned, region.lkey, heap.state, n_pes, native)
             self.staging = PinnedStaging(self.pinned, nic)    # host RMA of device memory outside the heap
+            if native is not None:      # last: nothing after it may fail and free the window
+                native.reach_heap(self.window)
         except BaseException:
             self.close(nic)
             raise

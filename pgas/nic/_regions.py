@@ -101,14 +101,14 @@ class KeyTable:
         self._lock = threading.Lock()
 
     def add(self, region: MemoryRegion) -> None:
-        """A row for ``region``; called again when its window changes, it replaces the row."""
+        """A row for ``region``; called again when its window changes, it rewrites the row."""
         through = getattr(region.window, "native_address", 0)
-        self.remove(region.lkey)
         if region.view is None and not through:
             return
         with self._lock:
             used = int(self.rows[0, 0])
-            free = np.flatnonzero(self.rows[1:used + 1, 0] == 0)
+            mine = np.flatnonzero(self.rows[1:used + 1, 0] == region.lkey)
+            free = mine if mine.size else np.flatnonzero(self.rows[1:used + 1, 0] == 0)
             row = int(free[0]) + 1 if free.size else used + 1
             if row > self.ROWS:
                 return          # (the native side then refuses it: a local protection error)

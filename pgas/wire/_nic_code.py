@@ -56,10 +56,11 @@ GLOBAL_WORDS = G_COUNT + 1
 # complete, CQEs written (error CQEs, when collapsed), the completion lock, a word for
 # CQE bytes, whether the CQ is collapsed, the WQE whose data may land after later requests
 # (its first block + 1; 0: none): nothing more is sent until it is done, then whether its
-# fence was lifted (the queue is to be looked at again)
+# fence was lifted (the queue is to be looked at again), whether its posters cannot ring
+# (GPU threads: the progress thread reads its rung word)
 Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_READ, Q_DONE, Q_CQES, Q_DONE_LOCK, Q_SCRATCH, \
-    Q_COLLAPSED, Q_FENCE, Q_LIFTED = range(15)
-QUEUE_WORDS = 15
+    Q_COLLAPSED, Q_FENCE, Q_LIFTED, Q_POLLED = range(16)
+QUEUE_WORDS = 16
 # a WQE in flight, at the block it starts: done mark (its first block + 1), syndrome,
 # local address, atomic size, the next WQE's first block, its WQE index (bits 0-15),
 # whether it is signalled (bit 16) and its byte count (from bit 17), the window through
@@ -243,6 +244,14 @@ def _from_buffer(table, f, nbytes):
 
 
 @njit(nogil=True, cache=True)
+def _free_buffer(table, f):
+    """Free the host buffer WQE ``f``'s data went through, if any."""
+    if table[f + F_BUFFER] != 0:
+        _native.free(table[f + F_BUFFER])
+        table[f + F_BUFFER] = 0
+
+
+@njit(nogil=True, cache=True)
 def land(table, ticket, syndrome, fetched):
     """The answer to request ``ticket``: a fetched value at the WQE's local address
     (network byte order), then its completion; the host buffer its data went through freed."""
@@ -252,9 +261,7 @@ def land(table, ticket, syndrome, fetched):
     if syndrome == 0 and size != 0:
         table[f + F_DATA] = _be64(fetched) if size == 8 else _be32(fetched & 0xFFFFFFFF)
         syndrome = _to_local(table, f, table.ctypes.data + 8 * (f + F_DATA), size)
-    if table[f + F_BUFFER] != 0:
-        _native.free(table[f + F_BUFFER])
-        table[f + F_BUFFER] = 0
+    _free_buffer(table, f)
     _finish(table, q, start, syndrome)
     complete(table, q)
     row = row_of(q)
@@ -360,6 +367,7 @@ def drain(table, q, keys, wqes):
         if not _send(table, table[row + Q_ENDPOINT], target.AM_REQUEST, table.ctypes.data + 8 * G_HEADER,
                      8 * target.REQUEST_WORDS, data, nbytes if data != 0 else 0):
             table[row + Q_FENCE] = 0
+            _free_buffer(table, f)
             _finish(table, q, start, _UNREACHED)
         elif large:
             break                       # the WQEs after it are read again when it is done
@@ -402,22 +410,27 @@ def post_and_ring(table, keys, wqes, q, descriptor, kind, opcode, raddr, rkey, l
 
 
 @njit(nogil=True, cache=True)
-def drain_rung(table, keys, wqes):
+def drain_rung(table, keys, wqes, polling):
     """Send what every rung queue's doorbell announced, and what waited behind a fence
-    now lifted (the progress thread, and threads about to wait); True if any rang. The
-    rung words of queues whose posters cannot ring (``G_POLLED``: GPU threads) are read
-    on every call."""
-    rang = table[G_RUNG] != 0
-    if not rang and table[G_POLLED] == 0:
+    now lifted (the progress thread, and threads about to wait); True if any rang.
+    ``polling`` (the progress thread): the rung words of queues whose posters cannot ring
+    (``G_POLLED``: GPU threads) are read on every call; a waiter (holding the interpreter
+    lock) leaves them, and their copies of GPU memory, to the progress thread."""
+    polled = polling and table[G_POLLED] != 0
+    if table[G_RUNG] == 0 and not polled:
         return False
-    table[G_RUNG] = 0
-    target.fence()
+    # read and cleared in one (a fence lifted meanwhile sets it again: never lost)
+    rang = target.apply_atomic(target.AMO_SWAP, 8, table.ctypes.data + 8 * G_RUNG, 0, 0) != 0
+    if not rang and not polled:
+        return False
     for q in range(table[G_QUEUES]):
         row = row_of(q)
         rung = table[row + Q_RUNG]
-        if rung != 0 and target.apply_atomic(target.AMO_FETCH, 8, rung, 0, 0) != 0:
-            rang = drain(table, q, keys, wqes) > 0 or rang
-        elif rang and (rung == 0 or table[row + Q_LIFTED] != 0):
+        if table[row + Q_POLLED] != 0:      # a GPU threads' queue: the progress thread's alone
+            if polled and (table[row + Q_LIFTED] != 0 or target.apply_atomic(target.AMO_FETCH, 8, rung, 0, 0) != 0):
+                rang = drain(table, q, keys, wqes) > 0 or rang
+        elif rang and (rung == 0 or table[row + Q_LIFTED] != 0
+                       or target.apply_atomic(target.AMO_FETCH, 8, rung, 0, 0) != 0):
             drain(table, q, keys, wqes)
     return rang
 
@@ -446,7 +459,7 @@ def progress_until(worker, waiters, table, keys, wqes, word, value, spins):
     (``_worker.progress_until``)."""
     waiters[0] += 1
     for _ in range(spins):
-        drain_rung(table, keys, wqes)
+        drain_rung(table, keys, wqes, False)
         if table[word] >= value:
             break
         if _native.ucp_worker_progress(worker) == 0:

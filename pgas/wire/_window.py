@@ -3,9 +3,10 @@ NIC (``_nic_code``) and the wire's target (``_target``) reach such a region's by
 how the emulated NIC's thread does too (``pgas.cuda._nic_host.GpuWindow``).
 
 A window is a table of int64 words (``WINDOW_WORDS``): the driver's functions by address
-(``cuCtxSetCurrent``, ``cuMemcpyDtoHAsync``, ``cuMemcpyHtoDAsync``, ``cuStreamSynchronize``,
-``cuLaunchKernel``: libcuda's on the cuda backend, a stand-in over host memory in the
-tests), the context and stream they run on, a pinned staging buffer through which every
+(``cuCtxGetCurrent``, ``cuCtxSetCurrent``, ``cuMemcpyDtoHAsync``, ``cuMemcpyHtoDAsync``,
+``cuStreamSynchronize``, ``cuLaunchKernel``: libcuda's on the cuda backend, a stand-in over
+host memory in the tests), the context and stream they run on (the calling thread's own
+context is put back after each call), a pinned staging buffer through which every
 copy goes (the driver would stage a copy from pageable memory itself, synchronously), the
 atomic kernel and the pinned cell its old value lands in. ``read``, ``write`` and ``atomic``
 are numba ``nogil`` functions taking the table's address: one user at a time (the
@@ -25,13 +26,13 @@ from ._atomics import AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AM
 
 __all__ = ["WINDOW_WORDS", "KERNEL_ARGS", "NativeWindow", "read", "write", "atomic", "as_mlx5", "symbols"]
 
-W_LOCK, W_CONTEXT, W_STREAM, W_STAGING, W_STAGING_BYTES, W_KERNEL, W_CELL, W_SET_CONTEXT, W_COPY_OUT, W_COPY_IN, \
-    W_SYNCHRONIZE, W_LAUNCH, W_FAILURES = range(13)
+W_LOCK, W_CONTEXT, W_STREAM, W_STAGING, W_STAGING_BYTES, W_KERNEL, W_CELL, W_GET_CONTEXT, W_SET_CONTEXT, \
+    W_COPY_OUT, W_COPY_IN, W_SYNCHRONIZE, W_LAUNCH, W_FAILURES, W_SAVED = range(15)
 KERNEL_ARGS = 8             # the atomic kernel's: address, opcode, size, four operands, the cell
-W_ARGS = 13
+W_ARGS = 15
 W_PARAMS = W_ARGS + KERNEL_ARGS     # the arguments' addresses: cuLaunchKernel's kernelParams
 WINDOW_WORDS = W_PARAMS + KERNEL_ARGS
-DRIVER = ("set_context", "copy_out", "copy_in", "synchronize", "launch")
+DRIVER = ("get_context", "set_context", "copy_out", "copy_in", "synchronize", "launch")
 
 # Calls through a function pointer, with the driver's exact argument types (CUresult is an int)
 _TRAMPOLINES_IR = """
@@ -80,14 +81,22 @@ def words_at(typingctx, address):
 
 @njit(nogil=True, cache=True)
 def _enter(window):
-    """The window's table, locked, its context current in this thread; (table, driver ok)."""
+    """The window's table, locked, its context current in this thread (the thread's own
+    kept in ``W_SAVED``); (table, driver ok)."""
     w = carray(words_at(window), (WINDOW_WORDS,))
     spin_lock(window + 8 * W_LOCK)
-    return w, _call1(w[W_SET_CONTEXT], w[W_CONTEXT]) == 0
+    w[W_SAVED] = w[W_CONTEXT]
+    ok = _call1(w[W_GET_CONTEXT], window + 8 * W_SAVED) == 0
+    if ok and w[W_SAVED] != w[W_CONTEXT]:
+        ok = _call1(w[W_SET_CONTEXT], w[W_CONTEXT]) == 0
+    return w, ok
 
 
 @njit(nogil=True, cache=True)
 def _leave(window, w, ok):
+    """The thread's own context back, the lock released; ``ok`` (False counted)."""
+    if w[W_SAVED] != w[W_CONTEXT]:
+        _call1(w[W_SET_CONTEXT], w[W_SAVED])
     if not ok:
         w[W_FAILURES] += 1
     spin_unlock(window + 8 * W_LOCK)
@@ -95,34 +104,36 @@ def _leave(window, w, ok):
 
 
 @njit(nogil=True, cache=True)
-def read(window, dst, src, nbytes):
-    """``nbytes`` of device memory at ``src`` into host memory at ``dst``, through the staging buffer."""
+def _through_staging(window, device, host, nbytes, to_device):
+    """``nbytes`` between device memory at ``device`` and host memory at ``host``, a staging
+    buffer's worth at a time, each piece's copy synchronized before the buffer is reused."""
     w, ok = _enter(window)
     staging, room, stream = w[W_STAGING], w[W_STAGING_BYTES], w[W_STREAM]
     done = 0
     while ok and done < nbytes:
         length = min(room, nbytes - done)
-        ok = _call4(w[W_COPY_OUT], staging, src + done, length, stream) == 0 \
-            and _call1(w[W_SYNCHRONIZE], stream) == 0
-        if ok:
-            _native.memcpy(dst + done, staging, length)
+        if to_device:
+            _native.memcpy(staging, host + done, length)
+            ok = _call4(w[W_COPY_IN], device + done, staging, length, stream) == 0
+        else:
+            ok = _call4(w[W_COPY_OUT], staging, device + done, length, stream) == 0
+        ok = ok and _call1(w[W_SYNCHRONIZE], stream) == 0
+        if ok and not to_device:
+            _native.memcpy(host + done, staging, length)
         done += length
     return _leave(window, w, ok)
 
 
 @njit(nogil=True, cache=True)
+def read(window, dst, src, nbytes):
+    """``nbytes`` of device memory at ``src`` into host memory at ``dst``, through the staging buffer."""
+    return _through_staging(window, src, dst, nbytes, False)
+
+
+@njit(nogil=True, cache=True)
 def write(window, dst, src, nbytes):
     """``nbytes`` of host memory at ``src`` into device memory at ``dst``, through the staging buffer."""
-    w, ok = _enter(window)
-    staging, room, stream = w[W_STAGING], w[W_STAGING_BYTES], w[W_STREAM]
-    done = 0
-    while ok and done < nbytes:
-        length = min(room, nbytes - done)
-        _native.memcpy(staging, src + done, length)
-        ok = _call4(w[W_COPY_IN], dst + done, staging, length, stream) == 0 \
-            and _call1(w[W_SYNCHRONIZE], stream) == 0
-        done += length
-    return _leave(window, w, ok)
+    return _through_staging(window, dst, src, nbytes, True)
 
 
 @njit(nogil=True, cache=True)
@@ -175,7 +186,8 @@ class NativeWindow:
         self._kept = staging, cell
         self.table[[W_CONTEXT, W_STREAM, W_STAGING, W_STAGING_BYTES, W_KERNEL, W_CELL]] = (
             context, stream, staging.ctypes.data, staging.nbytes, kernel, cell.ctypes.data)
-        self.table[[W_SET_CONTEXT, W_COPY_OUT, W_COPY_IN, W_SYNCHRONIZE, W_LAUNCH]] = [driver[n] for n in DRIVER]
+        self.table[[W_GET_CONTEXT, W_SET_CONTEXT, W_COPY_OUT, W_COPY_IN, W_SYNCHRONIZE, W_LAUNCH]] = [
+            driver[name] for name in DRIVER]
         self.table[W_PARAMS:W_PARAMS + KERNEL_ARGS] = self.address + 8 * np.arange(W_ARGS, W_ARGS + KERNEL_ARGS)
 
     @property

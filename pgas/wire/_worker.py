@@ -95,7 +95,7 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
     window, nap = _HOT_NS, _NAP_NS
     while state[_STOP] == 0:
         progressed = _native.ucp_worker_progress(worker) != 0
-        sent = nic_code.drain_rung(doorbells, keys, wqes)     # (doorbells even while busy)
+        sent = nic_code.drain_rung(doorbells, keys, wqes, True)     # (doorbells even while busy)
         waited_on = state[_WAITERS] != 0 and window == _HOT_NS     # (a sender stays hot)
         if sent or progressed:
             nap = _NAP_NS
