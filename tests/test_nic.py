@@ -568,6 +568,9 @@ pgas.put(big, src, other)                        # both ends windowed: read out 
 small = pgas.zeros(3, np.int64)
 pgas.get(small, src[5:8], other)
 assert as_ndarray(small, "t", "small").tolist() == [i + 1000 * other for i in (5, 6, 7)]
+fetched = pgas.zeros(20000, np.int64)            # 160 KB back: its answer by rendezvous
+pgas.get(fetched, src, other)
+assert (as_ndarray(fetched, "t", "fetched") == np.arange(20000) + 1000 * other).all()
 assert pgas.atomic_fetch_add(words[:1], 5, other) == 0
 assert pgas.atomic_fetch_add(words[:1], 5, other) == 5
 assert pgas.atomic_compare_swap(words[1:2], 0, 9, other) == 0
@@ -587,6 +590,7 @@ if NATIVE:      # each side's copies where they belong: the put's source and the
     assert any(c[0] == "copy_out" and c[2] == address(src) for c in calls), calls
     assert any(c[0] == "copy_in" and c[1] == address(small) for c in calls), calls
     assert any(c[0] == "copy_in" and c[1] == address(big) for c in calls), calls
+    assert any(c[0] == "copy_in" and c[1] == address(fetched) for c in calls), calls
 # the cuda backend's host copies to other nodes (Transports.copy_span): from host memory by
 # its registration, and from this PE's heap, which the NIC reads through the window
 transports = runtime("t").transports
