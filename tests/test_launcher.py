@@ -386,7 +386,9 @@ def test_kill_9_of_pgasrun_ends_every_pe(tmp_path, clean_shm):
     while [p for p in running_command_lines() if str(script) in p] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in running_command_lines() if str(script) in p], "PEs outlived pgasrun"
-    time.sleep(0.5)     # the guards clean up after their PEs
+    deadline = time.monotonic() + 10       # the guards clean up after their PEs
+    while set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - hydra_files and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - hydra_files, "Hydra's topology file left behind"
 
 

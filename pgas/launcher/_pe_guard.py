@@ -165,18 +165,22 @@ def _hydra_topology_files(pid: int) -> set[str]:
     return found
 
 
-def _end_orphaned_run(child: int) -> None:
+def _end_orphaned_run(child: int, topology: set[str]) -> None:
     """pgasrun is gone: stop the child and clean up what pgasrun would have: MPICH's
     shared-memory files the child mapped, Hydra's topology file its proxy (this guard's
-    parent) holds, and the run's directory."""
-    segments = _job.mapped_segments(child) | _hydra_topology_files(os.getppid())
+    parent) holds (``topology``: as it held at the start), and the run's directory."""
+    segments = _job.mapped_segments(child) | _hydra_topology_files(os.getppid()) | topology
     _stop_child(child)
-    for path in segments:
+    _unlink(segments)
+    shutil.rmtree(os.environ.get("PGAS_RUN_DIR", ""), ignore_errors=True)
+
+
+def _unlink(paths) -> None:
+    for path in paths:
         try:
             os.unlink(path)
         except OSError:
             pass
-    shutil.rmtree(os.environ.get("PGAS_RUN_DIR", ""), ignore_errors=True)
 
 
 def _pidfd(pid: int) -> int | None:
@@ -187,8 +191,9 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _run(child: int, pe: int, out_r: int, err_r: int) -> int:
-    """Pass the child's output on until it has exited; its wait status.
+def _run(child: int, pe: int, out_r: int, err_r: int, topology: set[str]) -> int:
+    """Pass the child's output on until it has exited; its wait status (``topology``:
+    Hydra's topology file, removed if pgasrun goes first).
 
     The loop sleeps until something happens (output, the child's end, pgasrun's end):
     periodic wake-ups of the guards, even ten a second, slowed the PEs they share the
@@ -220,7 +225,7 @@ def _run(child: int, pe: int, out_r: int, err_r: int) -> int:
         for key, _ in selector.select(timeout):
             if key.fd == launcher:                      # pgasrun is gone: so is this run
                 selector.unregister(launcher)
-                _end_orphaned_run(child)
+                _end_orphaned_run(child, topology)
             elif key.fd == ended:
                 selector.unregister(ended)
             else:
@@ -250,6 +255,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m pgas.launcher._pe_guard CMD [ARGS...]", file=sys.stderr)
         return 2
     _die_with_parent(signal.SIGTERM)        # Hydra's proxy gone: stop as when told to
+    topology = _hydra_topology_files(os.getppid())     # now, while the proxy surely holds it
     pe = int(os.environ.get("PMI_RANK", "0"))
     child, out_r, err_r = _start_child(argv, pe)
 
@@ -263,7 +269,11 @@ def main(argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    status = _run(child, pe, out_r, err_r)
+    status = _run(child, pe, out_r, err_r, topology)
+    if _stopping and _launcher_watch() == -1:
+        # pgasrun was killed, and with it Hydra's proxy, whose death stopped this guard
+        # before it saw pgasrun's: nobody else removes the topology file
+        _unlink(topology)
     how = _describe(status)
     if _stopping:
         pass
