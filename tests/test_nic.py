@@ -667,8 +667,9 @@ raddr = transports.nic.remote[other].base + runtime("t").heap.offset_of(as_ndarr
 pgas.barrier_all()
 time.sleep(0.05)            # the progress threads asleep
 # posted as a GPU thread posts, without ringing: only the progress thread's look at the rung word sends it
-posted = engine._code.post(queue.address, code.KIND_INLINE, mlx5.OP_RDMA_WRITE, raddr, transports.nic.remote[other].rkey,
-                           0, 0, 8, np.uint64(40 + me), np.uint64(0), np.uint64(0), np.uint64(0), 0)
+rkey, zero = transports.nic.remote[other].rkey, np.uint64(0)
+posted = engine._code.post(queue.address, code.KIND_INLINE, mlx5.OP_RDMA_WRITE, raddr, rkey, 0, 0, 8,
+                           np.uint64(40 + me), zero, zero, zero, 0)
 assert posted >= 0 and posted & 1, posted
 deadline = time.monotonic() + 10
 while as_ndarray(flag, "t", "f")[0] != 40 + other and time.monotonic() < deadline:

@@ -57,19 +57,18 @@ def _build():
             carray(_window.words_at(_LOG), (3,))[2] = context
         return failed
 
-    @cfunc(types.int32(i64, i64, i64, i64))
-    def copy_out(host, device, nbytes, stream):
-        failed = log(COPY_OUT, host, device, nbytes, stream)
-        if failed == 0:
-            _native.memcpy(host, device, nbytes)
-        return failed
+    def copy(what):
+        """cuMemcpyDtoHAsync (``what`` COPY_OUT: host, device, ...) or cuMemcpyHtoDAsync
+        (COPY_IN: device, host, ...): both copy their second argument's bytes to their first."""
+        @cfunc(types.int32(i64, i64, i64, i64))
+        def copied(destination, source, nbytes, stream):
+            failed = log(what, destination, source, nbytes, stream)
+            if failed == 0:
+                _native.memcpy(destination, source, nbytes)
+            return failed
+        return copied
 
-    @cfunc(types.int32(i64, i64, i64, i64))
-    def copy_in(device, host, nbytes, stream):
-        failed = log(COPY_IN, device, host, nbytes, stream)
-        if failed == 0:
-            _native.memcpy(device, host, nbytes)
-        return failed
+    copy_out, copy_in = copy(COPY_OUT), copy(COPY_IN)
 
     @cfunc(types.int32(i64))
     def synchronize(stream):
@@ -85,8 +84,8 @@ def _build():
             carray(_window.words_at(cell), (1,))[0] = _target._masked(opcode, size, address, o0, o1, o2, o3)
         return failed
 
-    return {"get_context": get_context, "set_context": set_context, "copy_out": copy_out, "copy_in": copy_in, "synchronize": synchronize,
-            "launch": launch}
+    return {"get_context": get_context, "set_context": set_context, "copy_out": copy_out, "copy_in": copy_in,
+            "synchronize": synchronize, "launch": launch}
 
 
 _functions: dict = {}
@@ -139,8 +138,8 @@ def check_staged(window) -> dict:
     ran; AssertionError if any copy's host side was outside the window's staging buffer, any
     ran on another stream, or any was not synchronized on that stream before the next call."""
     table = window.native.table
-    base, end, stream = (int(table[_window.W_STAGING]), int(table[_window.W_STAGING]) + int(table[_window.W_STAGING_BYTES]),
-                         int(table[_window.W_STREAM]))
+    base, stream = int(table[_window.W_STAGING]), int(table[_window.W_STREAM])
+    end = base + int(table[_window.W_STAGING_BYTES])
     seen = {"copy_out": 0, "copy_in": 0, "launch": 0}
     log = calls()
     for i, (name, a, b, c, d) in enumerate(log):

@@ -24,7 +24,8 @@ from ..core._errors import PgasError
 __all__ = ["BB", "OP_RDMA_WRITE", "OP_RDMA_READ", "OP_ATOMIC_CS", "OP_ATOMIC_FA", "OP_MASKED_CS", "OP_MASKED_FA",
            "atomic_result", "atomic_size", "OPMOD_EXT_ATOMIC_4", "OPMOD_EXT_ATOMIC_8", "CQ_UPDATE", "MAX_INLINE",
            "MAX_MESSAGE", "check_message", "SYNDROME_LOCAL_PROT", "SYNDROME_REMOTE_INVALID", "SYNDROME_REMOTE_ACCESS",
-           "SYNDROME_TRANSPORT", "SYNDROME_LOCAL_OP", "SYNDROME_REMOTE_OP", "SYNDROMES", "CQE_REQ", "CQE_REQ_ERR", "Wqe", "write_wqe", "read_wqe", "write_cqe",
+           "SYNDROME_TRANSPORT", "SYNDROME_LOCAL_OP", "SYNDROME_REMOTE_OP", "SYNDROMES", "CQE_REQ", "CQE_REQ_ERR",
+           "Wqe", "write_wqe", "read_wqe", "write_cqe",
            "read_cqe", "empty_cq", "write_collapsed_cqe", "refusal", "WQE_FIELDS", "OPCODE_NAMES"]
 
 BB = 64                      # bytes per basic block

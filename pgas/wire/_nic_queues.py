@@ -10,8 +10,8 @@ from ..core._waiting import precise_sleeps
 from ..nic import _mlx5 as mlx5
 from . import _batch as batch, _nic_code as code, _target as target, _ucp as ucp
 from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_POLLED, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_WORKER, G_QUEUES,
-                        DEPTH, MAX_QUEUES, Q_CQ, Q_CQES, Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ, Q_POLLED, Q_QPN,
-                        Q_RUNG, Q_SQ, TABLE_WORDS)
+                        DEPTH, MAX_QUEUES, Q_CQ, Q_CQES, Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ, Q_POLLED,
+                        Q_QPN, Q_RUNG, Q_SQ, TABLE_WORDS)
 from ._worker import Worker
 
 __all__ = ["NicQueues"]

@@ -31,8 +31,8 @@ from ._atomics import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_MLX5, AMO_OR, A
 
 __all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "AM_BATCH", "AM_ANSWERS", "MAX_BATCH",
            "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "EAGER_BYTES", "callbacks", "atomics",
-           "serve_heap", "reach_through", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR", "AMO_XOR",
-           "AMO_FETCH", "AMO_MLX5", "apply_atomic", "fence", "spin_lock", "spin_unlock"]
+           "serve_heap", "reach_through", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND",
+           "AMO_OR", "AMO_XOR", "AMO_FETCH", "AMO_MLX5", "apply_atomic", "fence", "spin_lock", "spin_unlock"]
 
 AM_REQUEST, AM_ANSWER, AM_BATCH, AM_ANSWERS = 0x50, 0x51, 0x52, 0x53
 REQUEST_WORDS, ANSWER_WORDS = 10, 3
@@ -84,15 +84,27 @@ _REPLY_EP_FIELD, _RENDEZVOUS = ucp.AM_RECV_ATTR_FIELD_REPLY_EP, ucp.AM_RECV_ATTR
 # (a dispatcher held in a closure makes numba's cache key differ in every process).
 
 @njit(nogil=True, cache=True)
-def _answer(state, reply_ep, ticket, syndrome, fetched, data, length):
-    """Send the answer to request ``ticket`` (with ``length`` bytes at ``data``)."""
+def _send_answer(state, reply_ep, ticket, syndrome, fetched, data, length, buffered):
+    """Send the answer to request ``ticket`` (with ``length`` bytes at ``data``; ``buffered``:
+    in a buffer of their own, which ``on_buffer_sent`` frees). UCX's request (> 0: in
+    flight; 0: sent; < 0: not sent, counted in ``T_UNANSWERED``)."""
     state[T_ANSWER], state[T_ANSWER + 1], state[T_ANSWER + 2] = ticket, syndrome, fetched
+    eager = length <= EAGER_BYTES
+    params = (T_BUFFERED_EAGER_PARAMS if eager else T_BUFFERED_PARAMS) if buffered else \
+        (T_EAGER_PARAMS if eager else T_ANSWER_PARAMS)
     request = _native.ucp_am_send_nbx(reply_ep, AM_ANSWER, state[T_SELF] + 8 * T_ANSWER, 8 * ANSWER_WORDS, data,
-                                      length, state[T_EAGER_PARAMS if length <= EAGER_BYTES else T_ANSWER_PARAMS])
+                                      length, state[params])
+    if request < 0:
+        state[T_UNANSWERED] += 1
+    return request
+
+
+@njit(nogil=True, cache=True)
+def _answer(state, reply_ep, ticket, syndrome, fetched, data, length):
+    """Send the answer to request ``ticket`` (with ``length`` bytes at ``data``, the heap's)."""
+    request = _send_answer(state, reply_ep, ticket, syndrome, fetched, data, length, False)
     if request > 0:
         _native.ucp_request_free(request)      # UCX completes it; the heap outlives it
-    elif request < 0:
-        state[T_UNANSWERED] += 1
 
 
 @njit(nogil=True, cache=True)
@@ -134,16 +146,11 @@ def _answer_from_window(state, reply_ep, ticket, raddr, nbytes):
             _native.free(buffer)
         _answer(state, reply_ep, ticket, _UNREACHABLE, 0, 0, 0)
         return
-    state[T_ANSWER], state[T_ANSWER + 1], state[T_ANSWER + 2] = ticket, 0, 0
-    request = _native.ucp_am_send_nbx(reply_ep, AM_ANSWER, state[T_SELF] + 8 * T_ANSWER, 8 * ANSWER_WORDS, buffer,
-                                      nbytes, state[T_BUFFERED_EAGER_PARAMS if nbytes <= EAGER_BYTES
-                                                    else T_BUFFERED_PARAMS])
+    request = _send_answer(state, reply_ep, ticket, 0, 0, buffer, nbytes, True)
     if request > 0:     # (inside a handler: its completion cannot run before this store)
         carray(window.words_at(request), (1,))[0] = buffer
     else:
         _native.free(buffer)
-        if request < 0:
-            state[T_UNANSWERED] += 1
 
 
 _atomic_result = njit(nogil=True, cache=True)(mlx5.atomic_result)
