@@ -18,6 +18,8 @@ only fail now and then are pinned down here.
 from __future__ import annotations
 
 import ctypes
+import os
+import socket
 from types import SimpleNamespace
 
 import numpy as np
@@ -46,19 +48,24 @@ def _bus_id(device: int) -> bytes:
 _HOST_BUFFERS: dict = {}   # pinned host memory, as the fake cuMemHostAlloc hands it out (kept alive)
 
 
+class Fail:
+    """A fake driver call's answer: ``error``, and ``values`` placeholders for its results."""
+
+    def __init__(self, error=driver.CUresult.CUDA_ERROR_INVALID_VALUE, values: int = 1):
+        self.error, self.values = error, values
+
+
 class FakeDriver:
     """Stands in for the cuda-python driver calls pgas makes: each succeeds (or answers
     as ``answers`` says) and is recorded as (name, args)."""
 
     ANSWERS = {
-        "cuMemAddressReserve": lambda size, alignment, address, flags: address,
+        "cuMemAddressReserve": lambda size, alignment, address, flags: address or HEAP_BASE,
         "cuMemGetAllocationGranularity": 2 << 20,
         "cuStreamCreate": INTERNAL,
         "cuMemAlloc": HEAP_BASE,
         "cuMemAllocAsync": 0x2000_0000,
         "cuMemCreate": 0xA11,
-        "cuIpcGetMemHandle": lambda base: driver.CUipcMemHandle(),
-        "cuIpcOpenMemHandle": 0x3000_0000,
         "cuDeviceGet": lambda ordinal: ordinal,
         "cuDeviceGetPCIBusId": lambda length, device: _bus_id(device),
         "cuDeviceGetByPCIBusId": lambda bus_id: int(bus_id.split(b":")[1], 16) - 1,
@@ -68,11 +75,16 @@ class FakeDriver:
         "cuMemHostAlloc": lambda size, flags: ctypes.addressof(_HOST_BUFFERS.setdefault(size, ctypes.create_string_buffer(size))),
         "cuMemHostGetDevicePointer": lambda host, flags: host,
         "cuCtxGetCurrent": 0xC7,
+        "cuCtxGetFlags": 0,
+        "cuMemExportToShareableHandle": lambda handle, kind, flags: os.open(os.devnull, os.O_RDONLY),
+        "cuMemImportFromShareableHandle": lambda fd, kind: 0xB00 + fd,
+        "cuMemRetainAllocationHandle": 0xC0DE,
+        "cuMemGetAddressRange": lambda address: (address, 4 << 20),
     }
     CALLS = ["cuMemAddressFree", "cuStreamDestroy", "cuStreamSynchronize", "cuMemFree", "cuMemsetD8",
-             "cuMemsetD8Async", "cuIpcCloseMemHandle", "cuMemMap", "cuMemSetAccess", "cuMemcpyHtoD",
+             "cuMemsetD8Async", "cuMemMap", "cuMemSetAccess", "cuMemcpyHtoD",
              "cuMemcpyHtoDAsync", "cuMemUnmap", "cuMemRelease", "cuMemFreeAsync", "cuMemcpyAsync",
-             "cuMemcpyDtoHAsync", "cuPointerSetAttribute", "cuMemFreeHost", "cuCtxSynchronize"]
+             "cuMemcpyDtoHAsync", "cuPointerSetAttribute", "cuMemFreeHost", "cuCtxSynchronize", "cuCtxSetFlags"]
 
     def __init__(self, monkeypatch, **answers):
         self.calls: list[tuple[str, tuple]] = []
@@ -85,7 +97,9 @@ class FakeDriver:
             self.calls.append((name, args))
             answer = self.answers.get(name)
             value = answer(*args) if callable(answer) else answer
-            return (SUCCESS,) if value is None else (SUCCESS, value)
+            if isinstance(value, Fail):
+                return (value.error,) + (None,) * value.values
+            return (SUCCESS,) if value is None else (SUCCESS, *value) if isinstance(value, tuple) else (SUCCESS, value)
         return call
 
     def names(self) -> list[str]:
@@ -105,6 +119,12 @@ class NodeComm:
     def allgather(self, mine):
         return [mine] + [self.peer(k, mine) for k in range(1, self.n)]
 
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return self.n
+
     def Barrier(self):
         pass
 
@@ -122,6 +142,9 @@ def fake(monkeypatch):
     monkeypatch.setattr(_gpu_state, "_state_layout", lambda: (STATE_ADDRESS, STATE_WORDS))
     monkeypatch.setattr(_gpu_heap, "select_device", lambda local_rank, chosen=None: 0)
     monkeypatch.setattr(cuda, "synchronize", lambda: None)
+    # the node's other PEs pass a descriptor of their heaps: here copies of PE 0's
+    monkeypatch.setattr(_gpu_heap, "allgather_fds", lambda comm, fd, timeout, what: [os.dup(fd)
+                                                                                      for _ in range(comm.n)])
     return FakeDriver(monkeypatch)
 
 
@@ -139,10 +162,11 @@ def test_state_address_is_reserved_before_the_heap_and_kept_across_init_cycles(f
     for _cycle in range(2):
         _gpu_heap.GpuSymmetricHeap(_boot(), HEAP_SIZE, 1.0).close()
     names = fake.names()
-    assert names.index("cuMemAddressReserve") < names.index("cuMemAlloc")
-    assert names.count("cuMemAddressReserve") == 1 and "cuMemAddressFree" not in names
-    assert fake.args("cuMemAddressReserve")[0][2] == STATE_ADDRESS
-    assert names.count("cuMemMap") == names.count("cuMemUnmap") == 2   # mapped again by each init
+    assert names.index("cuMemAddressReserve") < names.index("cuMemCreate")
+    hints = [args[2] for args in fake.args("cuMemAddressReserve")]
+    assert hints == [STATE_ADDRESS, 0, 0]       # the state's once; the heap's span at each init
+    assert fake.args("cuMemAddressFree") == [(HEAP_BASE, 2 * HEAP_SIZE)] * 2    # the heap's, at each close
+    assert names.count("cuMemMap") == names.count("cuMemUnmap") == 4   # state and heap, mapped again by each init
 
 
 def test_a_state_address_the_driver_does_not_honour_is_refused_before_the_heap(monkeypatch, fake):
@@ -151,7 +175,7 @@ def test_a_state_address_the_driver_does_not_honour_is_refused_before_the_heap(m
                                              r"\(it offered 0x7e0000200000\).*set PGAS_STATE_ADDRESS"):
         _gpu_heap.GpuSymmetricHeap(_boot(), HEAP_SIZE, 1.0)
     assert fake.args("cuMemAddressFree") == [(STATE_ADDRESS + (2 << 20), 64 << 20)]
-    assert "cuMemAlloc" not in fake.names() and "cuStreamCreate" not in fake.names()
+    assert "cuMemCreate" not in fake.names() and "cuStreamCreate" not in fake.names()
     assert _gpu_state._reserved is None   # the next init tries again
 
 
@@ -166,8 +190,9 @@ def test_heap_zeroing_and_state_pushes_land_on_the_internal_stream_before_init_r
         for at in (i for i, called in enumerate(names) if called == name):
             assert fake.calls[at + 1] == ("cuStreamSynchronize", (INTERNAL,)), name
     assert names.count("cuMemcpyHtoDAsync") == 2     # init, then the team's row
-    sync_memops = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_SYNC_MEMOPS   # users' synchronous copies land
-    assert fake.args("cuPointerSetAttribute") == [(1, sync_memops, HEAP_BASE)]
+    # users' synchronous copies land: VMM memory has no per-pointer SYNC_MEMOPS, the context gets the flag
+    assert fake.args("cuCtxSetFlags") == [(int(driver.CUctx_flags.CU_CTX_SYNC_MEMOPS),)]
+    assert "cuPointerSetAttribute" not in names
     assert fake.args("cuStreamDestroy") == [(INTERNAL,)]
 
 
@@ -228,8 +253,8 @@ def test_a_blocking_wait_reads_its_word_after_the_kernel_on_the_internal_stream(
 
 
 def _on_gpu_two(k, mine):
-    """Peer k of PE 0 is on GPU k (its heap handle is PE 0's; problems: none)."""
-    return (mine[0], _bus_id(k).rstrip(b"\0").decode()) if isinstance(mine, tuple) else None
+    """Peer k of PE 0 is on GPU k (problems: none)."""
+    return _bus_id(k).rstrip(b"\0").decode() if isinstance(mine, str) and mine.startswith("0000:") else None
 
 
 @pytest.mark.parametrize("missing,answers,expected", [
@@ -242,13 +267,110 @@ def test_pes_on_gpus_without_peer_access_or_native_atomics_are_refused_by_name(f
     with pytest.raises(pgas.PgasError, match=r"could not map each other's heaps: PE 0: PE 0 \(GPU 0000:01:00.0\) "
                                              r"and PE 1 \(GPU 0000:02:00.0\) are on one node, but " + expected):
         _gpu_heap.GpuSymmetricHeap(_boot(2, _on_gpu_two), HEAP_SIZE, 1.0)
-    assert "cuIpcOpenMemHandle" not in fake.names(), missing
-    assert fake.args("cuMemFree") == [(HEAP_BASE,)] and fake.args("cuStreamDestroy") == [(INTERNAL,)]
+    assert "cuMemImportFromShareableHandle" not in fake.names(), missing
+    assert fake.args("cuMemRelease")[-1] == (0xA11,) and fake.args("cuStreamDestroy") == [(INTERNAL,)]
+    assert fake.args("cuMemAddressFree") == [(HEAP_BASE, 2 * 2 * HEAP_SIZE)]   # the node's spans
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_the_node_heaps_are_vmm_memory_passed_by_file_descriptor(fake):
+    before = _open_fds()
+    heap = _gpu_heap.GpuSymmetricHeap(_boot(2), HEAP_SIZE, 1.0)
+    span = 2 * HEAP_SIZE        # the heap, then room for registered memory
+    assert heap.bases == [HEAP_BASE, HEAP_BASE + span] and heap.size == span and heap.capacity == HEAP_SIZE
+    assert fake.args("cuMemAddressReserve")[1][:2] == (2 * span, 2 << 20)      # one range for the node's spans
+    size, prop, _ = fake.args("cuMemCreate")[0]
+    posix_fd = driver.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    assert size == HEAP_SIZE and prop.requestedHandleTypes == posix_fd   # exportable, as nvshmem needs
+    assert [args[0] for args in fake.args("cuMemExportToShareableHandle")] == [0xA11]
+    (imported,) = fake.args("cuMemImportFromShareableHandle")
+    peer = 0xB00 + imported[0]
+    assert fake.args("cuMemMap")[:2] == [(HEAP_BASE, HEAP_SIZE, 0, 0xA11, 0), (HEAP_BASE + span, HEAP_SIZE, 0, peer, 0)]
+    accesses = fake.args("cuMemSetAccess")[:2]
+    assert [(a[0], a[1], a[2][0].location.id, a[2][0].flags) for a in accesses] == [
+        (base, HEAP_SIZE, 0, driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE) for base in heap.bases]
+    assert (peer,) in fake.args("cuMemRelease")       # its mapping holds the peer's memory
+    heap.close()
+    assert set(fake.args("cuMemUnmap")) >= {(HEAP_BASE, HEAP_SIZE), (HEAP_BASE + span, HEAP_SIZE)}
+    assert fake.args("cuMemAddressFree") == [(HEAP_BASE, 2 * span)] and (0xA11,) in fake.args("cuMemRelease")
+    assert _open_fds() == before        # every descriptor exported, passed and imported is closed
+
+
+USER = 0x9000_0000
+
+
+def test_the_users_vmm_memory_is_mapped_after_the_heap_in_every_span_of_the_node(fake):
+    heap = _gpu_heap.GpuSymmetricHeap(_boot(2), HEAP_SIZE, 1.0)
+    before = _open_fds()
+    memory = heap.external_memory(USER, 3 << 20, "pgas.register_symmetric")
+    assert memory.mapped == 4 << 20 and fake.args("cuMemRetainAllocationHandle") == [(USER,)]
+    offset = heap.external_offset(memory, None)
+    assert offset == HEAP_SIZE        # the first byte after the heap (pgas's own allocator is not used)
+    assert heap.map_external(offset, memory) is None
+    imported = 0xB00 + fake.args("cuMemImportFromShareableHandle")[-1][0]
+    span = heap.size
+    assert fake.args("cuMemMap")[-2:] == [(HEAP_BASE + offset, 4 << 20, 0, 0xC0DE, 0),
+                                          (HEAP_BASE + span + offset, 4 << 20, 0, imported, 0)]
+    heap.forget_external(memory)
+    assert (0xC0DE,) in fake.args("cuMemRelease") and _open_fds() == before
+    registered = _DeviceArray(np.zeros(8, np.int64), HEAP_BASE + offset)
+    assert heap.offset_of(registered, "f", "a") == offset    # inside the symmetric span
+    with pytest.raises(pgas.PgasError, match=r"no room for 8388608 more bytes of registered memory \(at most 4194304"):
+        heap.external_offset(_gpu_heap.ExternalMemory(0, -1, 8 << 20), None)
+    heap.unmap_external(offset, memory.mapped)
+    assert fake.args("cuMemUnmap")[-2:] == [(HEAP_BASE + offset, 4 << 20), (HEAP_BASE + span + offset, 4 << 20)]
+    heap.release_external_offset(offset, None)
+    assert heap.external_offset(memory, None) == offset      # the room is free again
+    heap.close()
+
+
+@pytest.mark.parametrize("answers,nbytes,expected", [
+    ({"cuMemRetainAllocationHandle": Fail()}, 4096, r"cuMemRetainAllocationHandle of address 0x90000000 failed "
+                                                    r"\(CUDA_ERROR_INVALID_VALUE\): it is not VMM memory"),
+    ({"cuMemGetAddressRange": lambda address: (address - 4096, 4 << 20)}, 4096, r"starting at its allocation's "
+                                                                                r"first byte"),
+    ({}, 5 << 20, r"its 5242880 bytes, rounded up to the 2097152-byte granularity, pass the end of its 4194304-byte"),
+    ({"cuMemExportToShareableHandle": Fail()}, 4096, r"its handle does not export as one.*"
+                                                     r"requestedHandleTypes=CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR"),
+])
+def test_memory_register_symmetric_cannot_share_is_refused_by_what_it_lacks(fake, answers, nbytes, expected):
+    heap = _gpu_heap.GpuSymmetricHeap(_boot(2), HEAP_SIZE, 1.0)
+    fake.answers.update(answers)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.register_symmetric: a must be GPU memory from cuMemCreate "
+                                                  r"\(CUDA VMM\) with POSIX file descriptor handles.*" + expected):
+        heap.external_memory(USER, nbytes, "pgas.register_symmetric")
+    retained = "cuMemRetainAllocationHandle" not in answers
+    assert ((0xC0DE,) in fake.args("cuMemRelease")) == retained     # a handle it retained is released
+    heap.close()
+
+
+def test_a_descriptor_that_does_not_come_is_an_error_naming_the_node_rank():
+    from pgas.cuda._fd_exchange import _name, allgather_fds
+
+    peers = []
+
+    def bcast(token, root):     # node rank 1 is there (its socket bound) but never sends
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        peer.bind(_name(token, 1))
+        peers.append(peer)
+        return token
+    comm = SimpleNamespace(Get_rank=lambda: 0, Get_size=lambda: 2, bcast=bcast, Barrier=lambda: None)
+    fd = os.open(os.devnull, os.O_RDONLY)
+    before = _open_fds()
+    with pytest.raises(pgas.PgasError, match=r"sharing x: the file descriptors of node ranks \[1\] did not come "
+                                             r"within PGAS_TIMEOUT=0.2 s"):
+        allgather_fds(comm, fd, 0.2, "sharing x")
+    peers[0].close()
+    assert _open_fds() == before
+    os.close(fd)
 
 
 def test_pes_sharing_a_gpu_need_no_peer_check(fake):
     _gpu_heap.GpuSymmetricHeap(_boot(2), HEAP_SIZE, 1.0).close()
-    assert "cuDeviceCanAccessPeer" not in fake.names() and len(fake.args("cuIpcOpenMemHandle")) == 1
+    assert "cuDeviceCanAccessPeer" not in fake.names() and len(fake.args("cuMemImportFromShareableHandle")) == 1
 
 
 @pytest.mark.parametrize("call", [

@@ -14,7 +14,7 @@ through the array may never see it change on a GPU: poll with ``g`` or wait on a
 local ivar instead.
 
 Addresses: on the cuda backend, the virtual address of the peer's copy in this process
-(its heap opened by CUDA IPC), usable by this PE's kernels and by
+(its heap as mapped here by CUDA VMM), usable by this PE's kernels and by
 ``pgas.peer_array(arr, pe)``'s array on the host, which lies at the same address. On the
 simulator, the address of the peer's copy in this process's mapping of that PE's heap
 (``/dev/shm``), where the simulator's ``peer_array`` and the host's ``pgas.peer_array``

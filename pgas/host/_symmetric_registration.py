@@ -2,15 +2,16 @@
 ``unregister_symmetric`` (NVSHMEM's ``nvshmemx_buffer_register_symmetric``; nvshmem4py's
 ``register_external_buffer``).
 
-Every PE gives memory of the same size; pgas reserves a range of the same pages in every
-heap and maps each PE's memory there, in its own heap and in its node's views of it. The
-array returned is a view of that range: the same memory as the PE's own array, reached by
-every put, get, atomic, signal, collective and kernel as any symmetric array (PEs on other
-nodes through the NIC, which applies requests at the owner's heap addresses).
+Every PE gives memory of the same size; pgas picks a range at the same offset of every
+heap and maps each PE's memory there, in its own heap and in its node's views of it (the
+heap's calls: ``external_memory``, ``external_offset``, ``map_external``,
+``unmap_external``; on the simulator a shared file over heap pages, on cuda a VMM
+allocation in the span after the heap). The array returned is a view of that range: the
+same memory as the PE's own array, reached by every put, get, atomic, signal, collective
+and kernel as any symmetric array (PEs on other nodes through the NIC, which applies
+requests at the owner's heap addresses).
 """
 from __future__ import annotations
-
-import os
 
 from ..core._errors import PgasError, PgasValueError
 from ..runtime._arrays import array_span, as_ndarray
@@ -21,23 +22,14 @@ from ._memory import _device_array, external_bytes, heap_holding
 __all__ = ["register_symmetric", "unregister_symmetric", "register_external_buffer", "unregister_external_buffer"]
 
 
-def _round_up(n: int, to: int) -> int:
-    return (n + to - 1) // to * to
-
-
-def _source(rt: Runtime, data, fn: str, page: int) -> tuple[str, int]:
-    """(path, file offset) of the shared file behind ``data``, after the checks of its shape
+def _external_memory(rt: Runtime, data, fn: str):
+    """What the heap maps of ``data`` (``external_memory``), after the checks of its shape
     and place; PgasValueError naming what is wrong."""
     address, nbytes = external_bytes(data, fn)
     if heap_holding(rt, address, nbytes) is not None:
         raise PgasValueError(f"{fn}: a is already symmetric memory (in a heap): register only memory "
                              "pgas did not allocate")
-    source = rt.heap.shared_file_of(address, nbytes, fn, "a")
-    if address % page:
-        raise PgasValueError(f"{fn}: a must start at a page boundary (a multiple of {page} bytes), got "
-                             f"address {address:#x}: register the whole shared memory block, then slice the "
-                             "symmetric array returned")
-    return source
+    return rt.heap.external_memory(address, nbytes, fn)
 
 
 def register_symmetric(a):
@@ -51,67 +43,57 @@ def register_symmetric(a):
     ``register_external_buffer``. Undo with ``unregister_symmetric`` (``free`` refuses it);
     ``finalize`` drops what is left.
 
-    The memory must be one that another process can map, as NVSHMEM needs a VMM allocation
-    with an exportable handle: on the simulator backend a shared mapping of a file, e.g.
-    ``multiprocessing.shared_memory.SharedMemory`` (``np.ndarray(shape, dtype,
-    buffer=shm.buf)``) or an mmap of a file in /dev/shm, starting at a page boundary; the
-    file must exist until the call returns (the node's PEs open it by name). It takes a
-    range of that many bytes (rounded up to whole pages) of the symmetric heap, whose own
-    pages there go unused. Not available on the cuda backend (PgasError): its heap is one
-    ``cuMemAlloc`` block, into which no other memory can be mapped.
+    The memory must be one that another process can map, as NVSHMEM needs:
+
+    - on the cuda backend, GPU memory of a VMM allocation (``cuMemCreate``, with
+      ``requestedHandleTypes`` including ``CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR``), ``a``
+      starting at the first byte of its mapping; it takes that many bytes (rounded up to the
+      allocation granularity, 2 MiB) of the room for registered memory after the heap
+      (as much as the heap's size, PGAS_SYMMETRIC_SIZE, in all);
+    - on the simulator backend, a shared mapping of a file, e.g.
+      ``multiprocessing.shared_memory.SharedMemory`` (``np.ndarray(shape, dtype,
+      buffer=shm.buf)``) or an mmap of a file in /dev/shm, starting at a page boundary; the
+      file must exist until the call returns (the node's PEs open it by name). It takes a
+      range of that many bytes (rounded up to whole pages) of the symmetric heap, whose own
+      pages there go unused.
 
     Parameters
     ----------
-    a : numpy.ndarray
+    a : numpy.ndarray or GPU array
         C- or Fortran-contiguous, non-empty, the same number of bytes on every PE.
     """
     fn = "pgas.register_symmetric"
     rt = runtime(fn)
-    if not rt.heap.maps_external:
-        raise PgasError(f"{fn}: not available on the cuda backend: its symmetric heap is one "
-                        "cuMemAlloc block, into which no other memory can be mapped; allocate with pgas.empty "
-                        "(or use pgas.register_buffer for the local side of RMA)")
     data = as_ndarray(a, fn, "a")
     nbytes = data.size * data.itemsize
-    page = os.sysconf("SC_PAGE_SIZE")
     try:
-        path, file_offset = _source(rt, data, fn, page)
-        refusal = None
+        memory, refusal = _external_memory(rt, data, fn), None
     except PgasValueError as exc:
-        refusal = exc
-    # every PE's size (and whether it refused) in the arrival: differing calls fail on every PE
+        memory, refusal = None, exc
     try:
-        wait_all(rt.boot.comm, fn, record=f"{nbytes} bytes" + (", refused here (see this PE's error)" if refusal
-                                                               else ""))
-    except PgasError:
-        if refusal is None:
+        # every PE's size (and whether it refused) in the arrival: differing calls fail on every PE
+        try:
+            wait_all(rt.boot.comm, fn, record=f"{nbytes} bytes" + (", refused here (see this PE's error)" if refusal
+                                                                   else ""))
+        except PgasError:
+            if refusal is None:
+                raise
+        if refusal is not None:
+            raise refusal
+        offset = rt.heap.external_offset(memory, rt.allocator)
+        failure = rt.heap.map_external(offset, memory)
+        try:
+            wait_all(rt.boot.comm, fn, record="mapped" if failure is None else failure)
+            if failure is not None:
+                raise PgasError(f"{fn}: {failure}")
+        except PgasError:
+            rt.heap.unmap_external(offset, memory.mapped)
+            rt.heap.release_external_offset(offset, rt.allocator)
             raise
-    if refusal is not None:
-        raise refusal
-    mapped = _round_up(nbytes, page)
-    offset = rt.allocator.allocate(mapped, page)
-    sources = rt.boot.node_comm.allgather((path, file_offset))
-    done, failure = [], None
-    try:
-        for pe, (peer_path, peer_offset) in zip(rt.boot.local_pes, sources):
-            fd = os.open(peer_path, os.O_RDWR)
-            try:
-                rt.heap.map_file(pe, offset, mapped, fd, peer_offset)
-            finally:
-                os.close(fd)
-            done.append(pe)
-    except (OSError, PgasError) as exc:
-        failure = f"PE {rt.my_pe} cannot map {peer_path} (PE {pe}'s memory): {exc}"
-    try:
-        wait_all(rt.boot.comm, fn, record="mapped" if failure is None else failure)
-        if failure is not None:
-            raise PgasError(f"{fn}: {failure}")
-    except PgasError:
-        for pe in done:
-            rt.heap.restore(pe, offset, mapped)
-        rt.allocator.release(offset)
-        raise
-    rt.symmetric_registrations[offset] = (mapped, nbytes, a)
+    finally:
+        if memory is not None:
+            rt.heap.forget_external(memory)
+    rt.symmetric_registrations[offset] = (memory.mapped, nbytes, a)
     order = "C" if data.flags.c_contiguous else "F"
     return _device_array(rt.heap.array_at(offset, data.shape, data.dtype, order))
 
@@ -134,9 +116,8 @@ def unregister_symmetric(s) -> None:
     rt.transports.quiet(fn)
     wait_all(rt.boot.comm, fn, record=f"heap offset {offset}")   # nobody still reads or writes it
     mapped, _, _ = rt.symmetric_registrations.pop(offset)
-    for pe in rt.boot.local_pes:
-        rt.heap.restore(pe, offset, mapped)
-    rt.allocator.release(offset)
+    rt.heap.unmap_external(offset, mapped)
+    rt.heap.release_external_offset(offset, rt.allocator)
 
 
 def registered_offset(rt: Runtime, data, fn: str) -> int | None:

@@ -14,31 +14,44 @@ from __future__ import annotations
 import mmap
 import os
 from contextlib import ExitStack
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..core._env import shown
 from ._multicast import MULTICAST_WHY, MulticastArray
 from ._shared_files import map_fixed, shared_file_of
-from ..core._errors import PgasConfigError, PgasError
+from ..core._errors import PgasConfigError, PgasError, PgasValueError
 from ..core._job import SHM_DIR, shm_prefix
 from ..runtime._arrays import array_span, check_span
 from ..runtime._bootstrap import Bootstrap
 
 __all__ = ["SymmetricHeap"]
 
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class ExternalFile:
+    """A user's shared file mapping being registered: the file, where in it, how many bytes."""
+    path: str
+    file_offset: int
+    mapped: int
+
+
 class SymmetricHeap:
     """This PE's heap and mapped views of the heaps of the PEs on its node."""
 
     device_arrays = False   # its arrays are numpy arrays (wrapped for kernels by _memory)
-    maps_external = True    # memory it did not allocate can be mapped into it (map_file)
 
     def __init__(self, boot: Bootstrap, size: int, timeout: float, device: int | None = None):
         # ``device``: the simulator has one (0), which init has checked
         self.size = size
         self.my_pe = boot.my_pe
+        self._node_comm, self._local_pes = boot.node_comm, boot.local_pes
         self._maps: dict[int, mmap.mmap] = {}
         self._files: dict[int, int] = {}     # PE -> a descriptor of its (unlinked) heap file
+        self._external: dict[int, list[int]] = {}   # offset of registered memory -> the PEs mapped there
         self.views: list[np.ndarray | None] = [None] * boot.n_pes
         with ExitStack() as rollback:
             self._map_node(boot, rollback)
@@ -107,13 +120,58 @@ class SymmetricHeap:
         heap as mapped here, instead of the heap's own pages (all page-aligned)."""
         map_fixed(self.views[pe].ctypes.data + offset, nbytes, fd, file_offset)
 
-    def shared_file_of(self, address: int, nbytes: int, fn: str, what: str) -> tuple[str, int]:
-        """(path, file offset) of the shared file mapping that holds [address, address + nbytes)."""
-        return shared_file_of(address, nbytes, fn, what)
-
     def restore(self, pe: int, offset: int, nbytes: int) -> None:
         """Undo ``map_file``: the heap's own pages at ``offset`` again."""
         self.map_file(pe, offset, nbytes, self._files[pe], offset)
+
+    # Memory the user registers (register_symmetric); the cuda heap has the same calls ---------
+
+    def external_memory(self, address: int, nbytes: int, fn: str) -> ExternalFile:
+        """What of the user's memory at [address, address + nbytes) is mapped into the
+        node's heaps: the shared file behind it (the node's PEs open it by name), from a
+        page boundary; PgasValueError saying what it is not."""
+        path, file_offset = shared_file_of(address, nbytes, fn, "a")
+        if address % _PAGE:
+            raise PgasValueError(f"{fn}: a must start at a page boundary (a multiple of {_PAGE} bytes), got "
+                                 f"address {address:#x}: register the whole shared memory block, then slice the "
+                                 "symmetric array returned")
+        return ExternalFile(path, file_offset, -(-nbytes // _PAGE) * _PAGE)
+
+    @staticmethod
+    def external_offset(memory: ExternalFile, allocator) -> int:
+        """A heap offset for ``memory``: pages of the heap (``allocator``), unused meanwhile."""
+        return allocator.allocate(memory.mapped, _PAGE)
+
+    @staticmethod
+    def release_external_offset(offset: int, allocator) -> None:
+        allocator.release(offset)
+
+    def map_external(self, offset: int, memory: ExternalFile) -> str | None:
+        """Collective over the node: map each PE's ``memory`` at ``offset`` of its heap, in
+        every PE of the node. What failed here, or None (then ``unmap_external`` undoes
+        what was done)."""
+        sources = self._node_comm.allgather((memory.path, memory.file_offset))
+        self._external[offset] = []
+        for pe, (path, file_offset) in zip(self._local_pes, sources):
+            try:
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    self.map_file(pe, offset, memory.mapped, fd, file_offset)
+                finally:
+                    os.close(fd)
+            except (OSError, PgasError) as exc:
+                return f"PE {self.my_pe} cannot map {path} (PE {pe}'s memory): {exc}"
+            self._external[offset].append(pe)
+        return None
+
+    def unmap_external(self, offset: int, nbytes: int) -> None:
+        """Undo ``map_external`` (what of it was done): the heaps' own pages again."""
+        for pe in self._external.pop(offset, []):
+            self.restore(pe, offset, nbytes)
+
+    @staticmethod
+    def forget_external(memory: ExternalFile) -> None:
+        """Nothing is held: the file was opened by name for each mapping."""
 
     def close(self) -> None:
         """Unmap every heap (mappings still exported to live arrays stay until those die)."""

@@ -467,12 +467,76 @@ def _shared_array(shape, dtype, order="C"):
     return shm, np.ndarray(shape, dtype, buffer=shm.buf, order=order)
 
 
-def check_external_shared_memory_made_symmetric():
+def _vmm_array(shape, dtype):
+    """GPU memory of a VMM allocation whose handle exports as a file descriptor (what
+    register_symmetric takes on cuda), as a device array; and a function that frees it."""
+    from cuda.bindings import driver
+    from pgas.core._gpu_arrays import device_array_at
+
+    prop = driver.CUmemAllocationProp()
+    prop.type = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    prop.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    prop.location.id = cuda.get_current_device().id
+    prop.requestedHandleTypes = driver.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    _, grain = driver.cuMemGetAllocationGranularity(
+        prop, driver.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM)
+    size = -(-int(np.prod(shape)) * np.dtype(dtype).itemsize // grain) * grain
+    _, address = driver.cuMemAddressReserve(size, grain, 0, 0)
+    _, handle = driver.cuMemCreate(size, prop, 0)
+    driver.cuMemMap(address, size, 0, handle, 0)
+    access = driver.CUmemAccessDesc()
+    access.location = prop.location
+    access.flags = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    driver.cuMemSetAccess(address, size, [access], 1)
+
+    def free():
+        driver.cuMemUnmap(address, size)
+        driver.cuMemRelease(handle)
+        driver.cuMemAddressFree(address, size)
+    return device_array_at(int(address), shape, np.dtype(dtype), None, owner=None), free
+
+
+def _vmm_memory_made_symmetric():
+    """register_symmetric on the cuda backend: VMM allocations mapped into every span."""
     me, n, right, left = ring_neighbours()
+    src, free_src = _vmm_array((n, 700), np.int64)
+    dst, free_dst = _vmm_array((n, 700), np.int64)
+    src.copy_to_device(np.full((n, 700), me + 1, np.int64))
+    dst.copy_to_device(np.full((n, 700), -1, np.int64))
+    sym_src = pgas.register_symmetric(src)
+    sym_dst = pgas.register_external_buffer(dst)
+    assert world().allgather(heap_offset(sym_dst)) == [heap_offset(sym_dst)] * n     # symmetric
+    assert heap_offset(sym_src) >= pgas.info()["heap_size"]     # in the room after the heap
+    pgas.reduce(pgas.TEAM_WORLD, sym_dst, sym_src, "sum")
+    assert np.all(dst.copy_to_host() == n * (n + 1) // 2)      # the user's memory is the symmetric one
+    pgas.barrier_all()
+    pgas.put(sym_dst[me], pattern(me, 700, np.int64), right)
+    put_row_kernel[1, 1](sym_src, cuda.to_device(np.full(700, 50 + me, np.int64)), left, left)
+    cuda.synchronize()
+    pgas.quiet()
+    pgas.barrier_all()
+    assert np.array_equal(dst.copy_to_host()[left], pattern(left, 700, np.int64))
+    assert np.all(src.copy_to_host()[me] == 50 + right)
+    for pe in node_pes():
+        view = pgas.peer_array(sym_dst, pe)
+        assert np.array_equal(view.copy_to_host()[(pe - 1) % n], pattern((pe - 1) % n, 700, np.int64))
+    with pytest.raises(pgas.PgasValueError, match="pgas.register_symmetric: a must be GPU memory from cuMemCreate.*"
+                                                  "not VMM memory"):
+        pgas.register_symmetric(cuda.device_array(1024, np.uint8))
+    with pytest.raises(pgas.PgasValueError, match="starting at its allocation's first byte"):
+        pgas.register_symmetric(src[0, 8:])
+    pgas.barrier_all()
+    pgas.unregister_symmetric(sym_src)
+    pgas.unregister_external_buffer(sym_dst)
+    free_src()
+    free_dst()
+
+
+def check_external_shared_memory_made_symmetric():
     if not on_simulator():
-        with pytest.raises(pgas.PgasError, match="pgas.register_symmetric: not available on the cuda backend"):
-            pgas.register_symmetric(np.zeros(4))
+        _vmm_memory_made_symmetric()
         return
+    me, n, right, left = ring_neighbours()
     shm_src, src = _shared_array((n, 700), np.int64)          # 700 * 8 bytes: not whole pages
     shm_dst, dst = _shared_array((n, 700), np.int64)
     src[:] = me + 1

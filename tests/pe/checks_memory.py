@@ -248,3 +248,21 @@ def check_byte_buffers_work_with_rma_and_collectives():
 
 
 # Registered buffers ----------------------------------------------------------------------
+
+
+def check_the_node_passes_file_descriptors_between_its_processes():
+    """How the cuda heap shares its VMM memory (``_fd_exchange``), over the node's PEs: each
+    reads every other's descriptor, a file only that PE wrote."""
+    from pgas.cuda._fd_exchange import allgather_fds
+    from pgas.runtime._state import runtime
+
+    comm = runtime("test").boot.node_comm
+    mine = os.memfd_create(f"pe{pgas.my_pe()}")
+    os.write(mine, f"PE {pgas.my_pe()}".encode())
+    fds = allgather_fds(comm, mine, 10.0, "the test's files")
+    os.close(mine)
+    try:
+        assert [os.pread(fd, 16, 0).decode() for fd in fds] == [f"PE {pe}" for pe in node_pes()]
+    finally:
+        for fd in fds:
+            os.close(fd)
