@@ -10,6 +10,11 @@ only fail now and then are pinned down here.
   atomic and read back what it fetched;
 - PEs of a node on different GPUs need peer access with native atomics;
 - a strided signal is refused with the argument's name;
+- the heap is VMM memory passed to the node's PEs by file descriptor (every descriptor
+  closed), with room after it where register_symmetric maps a user's VMM allocation in
+  every span; memory it cannot share is refused by what it lacks; the descriptor
+  exchange takes only what each rank sent, does not deadlock with many ranks, and times
+  out naming the rank missing;
 - host put/get to a PE on another node wait for the stream, then go through the NIC:
   host memory registered in place, device memory outside the heap through pinned
   staging a piece at a time, and the NIC's own copies of GPU memory through pinned
@@ -17,9 +22,11 @@ only fail now and then are pinned down here.
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import os
 import socket
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -357,7 +364,8 @@ def test_a_descriptor_that_does_not_come_is_an_error_naming_the_node_rank():
         peer.bind(_name(token, 1))
         peers.append(peer)
         return token
-    comm = SimpleNamespace(Get_rank=lambda: 0, Get_size=lambda: 2, bcast=bcast, Barrier=lambda: None)
+    comm = SimpleNamespace(Get_rank=lambda: 0, Get_size=lambda: 2, bcast=bcast, Barrier=lambda: None,
+                           allgather=lambda problem: [problem, None])
     fd = os.open(os.devnull, os.O_RDONLY)
     before = _open_fds()
     with pytest.raises(pgas.PgasError, match=r"sharing x: the file descriptors of node ranks \[1\] did not come "
@@ -366,6 +374,91 @@ def test_a_descriptor_that_does_not_come_is_an_error_naming_the_node_rank():
     peers[0].close()
     assert _open_fds() == before
     os.close(fd)
+
+
+def _memfd(text: str) -> int:
+    fd = os.memfd_create("pgas-test")
+    os.write(fd, text.encode())
+    return fd
+
+
+def test_a_descriptor_is_taken_only_from_the_socket_of_the_rank_it_names():
+    from pgas.cuda._fd_exchange import _name, allgather_fds
+
+    sockets, token = [], []
+
+    def allgather(problem):     # after node rank 0 bound its socket: a forger and then rank 1 send
+        forger = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        forger.bind(_name("not-the-token", 1))
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        peer.bind(_name(token[0], 1))
+        sockets.extend([forger, peer])
+        for sender, text in ((forger, "forged"), (peer, "genuine")):
+            fd = _memfd(text)
+            sender.sendmsg([(1).to_bytes(4, "little")], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                          array.array("i", [fd]))], 0, _name(token[0], 0))
+            os.close(fd)
+        return [problem, None]
+    comm = SimpleNamespace(Get_rank=lambda: 0, Get_size=lambda: 2, bcast=lambda t, root: token.append(t) or t,
+                           allgather=allgather)
+    mine = _memfd("mine")
+    before = _open_fds()
+    fds = allgather_fds(comm, mine, 5.0, "sharing x")
+    assert [os.pread(fd, 16, 0).decode() for fd in fds] == ["mine", "genuine"]
+    for fd in fds + [mine]:
+        os.close(fd)
+    for s in sockets:
+        s.close()
+    assert _open_fds() == before - 1        # the forged descriptor was closed too
+
+
+def test_many_pes_of_a_node_pass_their_descriptors_without_waiting_for_each_other():
+    """16 ranks (threads here): more than a datagram socket's queue holds (max_dgram_qlen,
+    10 by default), which blocked sends would deadlock on."""
+    import threading
+
+    from pgas.cuda._fd_exchange import allgather_fds
+
+    size, shared, gate = 16, {"problems": [None] * 16}, threading.Barrier(16)
+
+    class Comm:
+        def __init__(self, rank):
+            self.rank = rank
+
+        def Get_rank(self):
+            return self.rank
+
+        def Get_size(self):
+            return size
+
+        def bcast(self, value, root):
+            if self.rank == root:
+                shared["token"] = value
+            gate.wait()
+            return shared["token"]
+
+        def allgather(self, problem):
+            shared["problems"][self.rank] = problem
+            gate.wait()
+            return list(shared["problems"])
+
+        def Barrier(self):
+            gate.wait()
+    results = {}
+
+    def run(rank):
+        mine = _memfd(f"rank {rank}")
+        fds = allgather_fds(Comm(rank), mine, 20.0, "sharing x")
+        results[rank] = [os.pread(fd, 16, 0).decode() for fd in fds]
+        for fd in fds + [mine]:
+            os.close(fd)
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(size)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert results == {r: [f"rank {k}" for k in range(size)] for r in range(size)}
 
 
 def test_pes_sharing_a_gpu_need_no_peer_check(fake):
@@ -660,3 +753,91 @@ def test_the_gpus_queues_are_polled_by_the_native_nic_or_by_the_nics_thread(fake
         assert nic.polled == [2, 3]
     rows, lkey = state.nic
     assert lkey == 0x11 and rows[2, 1:3].tolist() == [0x52, 0x7000] and rows[3, 1:3].tolist() == [0x53, 0x9000]
+
+
+class _NumbaLikeArray:
+    """What numba's device arrays offer pgas's host calls: size, dtype, a ``flags`` dict,
+    ``__cuda_array_interface__``; no ``itemsize``, no ``flags.c_contiguous``."""
+
+    def __init__(self, address: int, shape: tuple, dtype):
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        self.size = int(np.prod(shape))
+        self.flags = {"C_CONTIGUOUS": True, "F_CONTIGUOUS": len(shape) == 1}
+        self.__cuda_array_interface__ = {"data": (address, False), "shape": shape, "typestr": self.dtype.str,
+                                         "version": 3}
+
+
+class _RecordingHeap:
+    """A heap's external-memory calls, recorded; ``failure``: what map_external reports."""
+
+    def __init__(self, failure=None):
+        self.calls, self.failure, self.bases, self.size = [], failure, [HEAP_BASE], HEAP_SIZE
+
+    def external_memory(self, address, nbytes, fn):
+        self.calls.append(("external_memory", address, nbytes))
+        return SimpleNamespace(mapped=4 << 20)
+
+    def external_offset(self, memory, allocator):
+        self.calls.append(("external_offset",))
+        return 2 * HEAP_SIZE
+
+    def map_external(self, offset, memory):
+        self.calls.append(("map_external", offset))
+        return self.failure
+
+    def unmap_external(self, offset, nbytes):
+        self.calls.append(("unmap_external", offset, nbytes))
+
+    def release_external_offset(self, offset, allocator):
+        self.calls.append(("release_external_offset", offset))
+
+    def forget_external(self, memory):
+        self.calls.append(("forget_external",))
+
+    def array_at(self, offset, shape, dtype, order="C"):
+        self.calls.append(("array_at", offset, shape, order))
+        return "the symmetric array"
+
+
+@pytest.mark.parametrize("failure", [None, "PE 1 cannot map it"])
+def test_register_symmetric_takes_gpu_arrays_and_undoes_a_failed_mapping(monkeypatch, failure):
+    from pgas.host import _symmetric_registration as registration
+
+    heap = _RecordingHeap(failure)
+    rt = SimpleNamespace(heap=heap, boot=SimpleNamespace(comm=None), allocator=None, symmetric_registrations={},
+                         my_pe=0)
+    monkeypatch.setattr(registration, "runtime", lambda fn: rt)
+    monkeypatch.setattr(registration, "as_ndarray", lambda a, fn, what: a)
+    monkeypatch.setattr(registration, "wait_all", lambda comm, fn, record: None)
+    user = _NumbaLikeArray(USER, (3, 1000), np.float32)
+    if failure is None:
+        assert registration.register_symmetric(user) == "the symmetric array"
+        assert rt.symmetric_registrations == {2 * HEAP_SIZE: (4 << 20, 12000, user)}
+        assert heap.calls[-1] == ("array_at", 2 * HEAP_SIZE, (3, 1000), "C")
+    else:
+        with pytest.raises(pgas.PgasError, match="pgas.register_symmetric: PE 1 cannot map it"):
+            registration.register_symmetric(user)
+        assert ("unmap_external", 2 * HEAP_SIZE, 4 << 20) in heap.calls and not rt.symmetric_registrations
+        assert ("release_external_offset", 2 * HEAP_SIZE) in heap.calls
+    assert heap.calls[:3] == [("external_memory", USER, 12000), ("external_offset",), ("map_external", 2 * HEAP_SIZE)]
+    assert ("forget_external",) in heap.calls       # this process's handle and descriptor are dropped either way
+
+
+def test_under_pgas_debug_registered_memory_outside_the_allocator_counts_as_live():
+    from pgas.runtime._allocator import HeapAllocator
+    from pgas.runtime._state import Runtime
+
+    rt = Runtime.__new__(Runtime)       # (only what symmetric_offset reads)
+    at = []
+    rt.heap = SimpleNamespace(offset_of=lambda data, fn, what: at[0])
+    rt.debug, rt.allocator = True, HeapAllocator(HEAP_SIZE)
+    rt.symmetric_registrations = {2 * HEAP_SIZE: (2 << 20, 1000, None)}   # on cuda: after the heap
+    data = np.zeros(100, np.uint8)
+    at[:] = [2 * HEAP_SIZE + 8]
+    assert rt.symmetric_offset(data, "f", "a") == 2 * HEAP_SIZE + 8
+    at[:] = [2 * HEAP_SIZE + (2 << 20) - 50]
+    with pytest.raises(pgas.PgasValueError, match="runs 50 bytes past the end of its symmetric array"):
+        rt.symmetric_offset(data, "f", "a")
+    at[:] = [3 * HEAP_SIZE]
+    with pytest.raises(pgas.PgasValueError, match="is not inside any live symmetric array"):
+        rt.symmetric_offset(data, "f", "a")

@@ -122,14 +122,20 @@ class GpuSymmetricHeap:
         """Collective over the node: each PE gives ``handle`` (mapped at ``offset`` of its own
         span); this PE maps every other PE's at ``offset`` of that PE's span. What failed
         here, or None."""
-        fds: list[tuple[int, int]] = []
+        mine, problem = None, None
         try:
             mine = vmm.export_fd(handle, what)
-            try:
-                fds = list(zip(self._local_pes, allgather_fds(self._node_comm, mine, self._timeout,
-                                                              f"sharing the {what}")))
-            finally:
+        except PgasError as exc:
+            problem = str(exc)      # (the exchange still takes place: every PE then fails it)
+        try:
+            fds = list(zip(self._local_pes, allgather_fds(self._node_comm, mine, self._timeout,
+                                                          f"sharing the {what}")))
+        except PgasError as exc:
+            return problem or str(exc)
+        finally:
+            if mine is not None:
                 os.close(mine)
+        try:
             while fds:
                 pe, fd = fds.pop()
                 if pe == self.my_pe:
@@ -141,7 +147,7 @@ class GpuSymmetricHeap:
                 finally:
                     vmm.release(theirs)     # the mapping holds the memory
             return None
-        except PgasError as exc:
+        except (PgasError, OSError) as exc:
             return str(exc)
         finally:
             for _, fd in fds:

@@ -260,11 +260,18 @@ def buffer(size: int, release: bool = False, except_on_del: bool = True):
     return _allocate(fn, int(size), np.uint8)
 
 
+def finish_gpu_work(rt: Runtime) -> None:
+    """On a GPU, wait until this PE's kernels and copies are done (with memory about to go)."""
+    if rt.on_gpu:
+        from numba import cuda
+        cuda.synchronize()
+
+
 def _symmetric_block(rt: Runtime, arr, fn: str) -> int:
-    """Heap offset of the allocation that ``arr`` is (not a slice of it)."""
+    """Heap offset of the allocation (or registered memory) that ``arr`` is (not a slice of it)."""
     data = as_ndarray(arr, fn, "a")
     offset = rt.heap.offset_of(data, fn, "a")
-    if rt.allocator.block_at(offset) is None:
+    if rt.allocator.block_at(offset) is None and offset not in rt.symmetric_registrations:
         raise PgasValueError(f"{fn}: a must be an array returned by pgas.empty/zeros/full (or calloc, align, "
                              "malloc_with_hints, buffer), not a slice of one, nor one already freed")
     return offset
@@ -297,9 +304,7 @@ def free(a) -> None:
     if offset in rt.symmetric_registrations:
         raise PgasValueError("pgas.free: a is memory made symmetric by pgas.register_symmetric: "
                              "give it to pgas.unregister_symmetric instead")
-    if rt.on_gpu:   # this PE's kernels and copies are done with it
-        from numba import cuda
-        cuda.synchronize()
+    finish_gpu_work(rt)
     wait_all(rt.boot.comm, "pgas.free", record=f"heap offset {offset}")  # nobody may still be writing into it
     rt.allocator.release(offset)
 

@@ -13,11 +13,12 @@ requests at the owner's heap addresses).
 """
 from __future__ import annotations
 
+from ..core._checks import contiguous_orders
 from ..core._errors import PgasError, PgasValueError
 from ..runtime._arrays import array_span, as_ndarray
 from ..runtime._barrier import wait_all
 from ..runtime._state import Runtime, runtime
-from ._memory import _device_array, external_bytes, heap_holding
+from ._memory import _device_array, external_bytes, finish_gpu_work, heap_holding
 
 __all__ = ["register_symmetric", "unregister_symmetric", "register_external_buffer", "unregister_external_buffer"]
 
@@ -65,7 +66,7 @@ def register_symmetric(a):
     fn = "pgas.register_symmetric"
     rt = runtime(fn)
     data = as_ndarray(a, fn, "a")
-    nbytes = data.size * data.itemsize
+    nbytes = data.size * data.dtype.itemsize
     try:
         memory, refusal = _external_memory(rt, data, fn), None
     except PgasValueError as exc:
@@ -94,7 +95,7 @@ def register_symmetric(a):
         if memory is not None:
             rt.heap.forget_external(memory)
     rt.symmetric_registrations[offset] = (memory.mapped, nbytes, a)
-    order = "C" if data.flags.c_contiguous else "F"
+    order = "C" if "C" in contiguous_orders(data) else "F"
     return _device_array(rt.heap.array_at(offset, data.shape, data.dtype, order))
 
 
@@ -114,6 +115,7 @@ def unregister_symmetric(s) -> None:
         raise PgasValueError(f"{fn}: s must be an array returned by pgas.register_symmetric (not a slice of one, "
                              "nor one already unregistered)")
     rt.transports.quiet(fn)
+    finish_gpu_work(rt)
     wait_all(rt.boot.comm, fn, record=f"heap offset {offset}")   # nobody still reads or writes it
     mapped, _, _ = rt.symmetric_registrations.pop(offset)
     rt.heap.unmap_external(offset, mapped)

@@ -118,13 +118,21 @@ class Runtime:
         offset = self.heap.offset_of(data, fn, what)
         if self.debug:
             end = offset + data.nbytes
-            block = self.allocator.block_containing(offset)
+            block = self.allocator.block_containing(offset) or self._registered_block(offset)
             if block is None or end > block[0] + block[1]:
                 where = ("is not inside any live symmetric array (freed, or never allocated)" if block is None else
                          f"runs {end - block[0] - block[1]} bytes past the end of its symmetric array "
                          f"({block[1]} bytes reserved at heap offset {block[0]})")
                 raise PgasValueError(f"{fn}: {what} (heap bytes [{offset}, {end})) {where}")
         return offset
+
+    def _registered_block(self, offset: int) -> tuple[int, int] | None:
+        """(offset, bytes) of the registered memory (``register_symmetric``) holding heap
+        offset ``offset``: on cuda it lies outside the allocator's range."""
+        for start, (mapped, _, _) in self.symmetric_registrations.items():
+            if start <= offset < start + mapped:
+                return start, mapped
+        return None
 
     @property
     def my_pe(self) -> int:
