@@ -260,7 +260,9 @@ def test_a_blocking_wait_reads_its_word_after_the_kernel_on_the_internal_stream(
 
 
 def _on_gpu_two(k, mine):
-    """Peer k of PE 0 is on GPU k (problems: none)."""
+    """Peer k of PE 0 is on GPU k (the same granularity; problems: none)."""
+    if isinstance(mine, int):
+        return mine
     return _bus_id(k).rstrip(b"\0").decode() if isinstance(mine, str) and mine.startswith("0000:") else None
 
 
@@ -304,6 +306,14 @@ def test_the_node_heaps_are_vmm_memory_passed_by_file_descriptor(fake):
     assert set(fake.args("cuMemUnmap")) >= {(HEAP_BASE, HEAP_SIZE), (HEAP_BASE + span, HEAP_SIZE)}
     assert fake.args("cuMemAddressFree") == [(HEAP_BASE, 2 * span)] and (0xA11,) in fake.args("cuMemRelease")
     assert _open_fds() == before        # every descriptor exported, passed and imported is closed
+
+
+def test_every_span_of_the_node_has_the_size_the_coarsest_granularity_allows(fake):
+    """A peer's GPU with 4 MiB granularity (this one's: 2 MiB): 5 MiB heaps take 8 MiB each."""
+    boot = _boot(2, lambda k, mine: 4 << 20 if isinstance(mine, int) else mine)
+    heap = _gpu_heap.GpuSymmetricHeap(boot, 5 << 20, 1.0)
+    assert (heap.granularity, heap.capacity, heap.bases[1] - heap.bases[0]) == (4 << 20, 8 << 20, 16 << 20)
+    heap.close()
 
 
 USER = 0x9000_0000

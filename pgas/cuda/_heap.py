@@ -73,7 +73,9 @@ class GpuSymmetricHeap:
             # default stream, so a pageable copy still in flight would be missed
             vmm.sync_memops()
             self._prop = vmm.shareable_prop(self.device)
-            self.granularity = vmm.granularity(self._prop)
+            # the node's coarsest granularity (GPUs of different kinds may differ; powers of two): every
+            # span the same size, and a peer's memory mapped at offsets its GPU allows
+            self.granularity = max(boot.node_comm.allgather(vmm.granularity(self._prop)))
             self.capacity = vmm.round_up(size, self.granularity)
             self.size = 2 * self.capacity
             self._range = (vmm.reserve(len(boot.local_pes) * self.size, self.granularity),
