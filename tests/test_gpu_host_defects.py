@@ -198,7 +198,7 @@ def test_heap_zeroing_and_state_pushes_land_on_the_internal_stream_before_init_r
             assert fake.calls[at + 1] == ("cuStreamSynchronize", (INTERNAL,)), name
     assert names.count("cuMemcpyHtoDAsync") == 2     # init, then the team's row
     # users' synchronous copies land: VMM memory has no per-pointer SYNC_MEMOPS, the context gets the flag
-    assert fake.args("cuCtxSetFlags") == [(int(driver.CUctx_flags.CU_CTX_SYNC_MEMOPS),)]
+    assert fake.args("cuCtxSetFlags") == [(int(driver.CUctx_flags.CU_CTX_SYNC_MEMOPS),), (0,)]   # given back at close
     assert "cuPointerSetAttribute" not in names
     assert fake.args("cuStreamDestroy") == [(INTERNAL,)]
 

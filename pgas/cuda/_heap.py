@@ -63,7 +63,7 @@ class GpuSymmetricHeap:
         self.device = select_device(boot.local_pes.index(boot.my_pe), device)
         self.bases: list[int | None] = [None] * boot.n_pes
         self._mappings: dict[int, int] = {}      # address -> bytes of every mapping made here
-        self._range = self._handle = None
+        self._range = self._handle = self._context_flags = None
         self.state = self.base = self.stream = None
         reserve_state_address(self.device)   # first: the heap must not take the state block's address
         try:
@@ -71,7 +71,7 @@ class GpuSymmetricHeap:
             # synchronous copies into the heap (numba's copy_to_device) complete before they return, as
             # NVSHMEM makes them: host operations on the internal stream are not ordered after the legacy
             # default stream, so a pageable copy still in flight would be missed
-            vmm.sync_memops()
+            self._context_flags = vmm.sync_memops()     # given back at close
             self._prop = vmm.shareable_prop(self.device)
             # the node's coarsest granularity (GPUs of different kinds may differ; powers of two): every
             # span the same size, and a peer's memory mapped at offsets its GPU allows
@@ -331,4 +331,6 @@ class GpuSymmetricHeap:
         if self.stream is not None:
             driver.cuStreamDestroy(self.stream)
             self.stream = None
+        vmm.restore_flags(self._context_flags)     # the user's context as pgas found it
+        self._context_flags = None
         self.bases = [None] * len(self.bases)

@@ -20,7 +20,7 @@ from ..core._errors import PgasError
 from ._driver import checked
 
 __all__ = ["shareable_prop", "granularity", "round_up", "reserve", "create", "map_readwrite", "unmap", "release",
-           "export_fd", "import_fd", "sync_memops", "free_reservation"]
+           "export_fd", "import_fd", "sync_memops", "restore_flags", "free_reservation"]
 
 
 def shareable_prop(device: int):
@@ -115,12 +115,23 @@ def import_fd(fd: int, what: str):
         os.close(fd)
 
 
-def sync_memops() -> None:
+def sync_memops() -> int | None:
     """Make synchronous memory operations of the current context complete before they
-    return (``CU_CTX_SYNC_MEMOPS``, added to the context's flags)."""
+    return (``CU_CTX_SYNC_MEMOPS``, added to the context's flags). The flags it had, for
+    ``restore_flags``, or None when they had it already."""
     from cuda.bindings import driver
 
     flags = int(checked(driver.cuCtxGetFlags(), "cuCtxGetFlags"))
     wanted = flags | int(driver.CUctx_flags.CU_CTX_SYNC_MEMOPS)
-    if wanted != flags:
-        checked(driver.cuCtxSetFlags(wanted), "cuCtxSetFlags (CU_CTX_SYNC_MEMOPS)")
+    if wanted == flags:
+        return None
+    checked(driver.cuCtxSetFlags(wanted), "cuCtxSetFlags (CU_CTX_SYNC_MEMOPS)")
+    return flags
+
+
+def restore_flags(flags: int | None) -> None:
+    """Give the current context back the flags ``sync_memops`` found (None: nothing to do)."""
+    from cuda.bindings import driver
+
+    if flags is not None:
+        driver.cuCtxSetFlags(flags)
