@@ -485,7 +485,8 @@ def _vmm_array(shape, dtype):
     _, handle = driver.cuMemCreate(size, prop, 0)
     driver.cuMemMap(address, size, 0, handle, 0)
     access = driver.CUmemAccessDesc()
-    access.location = prop.location
+    access.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    access.location.id = prop.location.id
     access.flags = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
     driver.cuMemSetAccess(address, size, [access], 1)
 
