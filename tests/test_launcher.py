@@ -386,10 +386,45 @@ def test_kill_9_of_pgasrun_ends_every_pe(tmp_path, clean_shm):
     while [p for p in running_command_lines() if str(script) in p] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in running_command_lines() if str(script) in p], "PEs outlived pgasrun"
-    deadline = time.monotonic() + 10       # the guards clean up after their PEs
-    while set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - hydra_files and time.monotonic() < deadline:
+    # the guards clean up after their PEs
+    assert not _wait_for_no_new_topology_file(hydra_files), "Hydra's topology file left behind"
+
+
+def _wait_for_no_new_topology_file(before: set, seconds: float = 10) -> set:
+    """Hydra's topology files that appeared since ``before`` and are still there after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - before and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - hydra_files, "Hydra's topology file left behind"
+    return set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - before
+
+
+def _ancestry(pid: int) -> list[str]:
+    """``pid``'s ancestors' process ids, as strings."""
+    found = []
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        found.append(str(pid))
+    return found
+
+
+def test_kill_9_of_hydras_proxy_and_pgasrun_leaves_no_topology_file(tmp_path, clean_shm):
+    """The order a loaded machine sometimes gives a kill -9 of pgasrun: the proxy dies first,
+    so its guards are stopped before they see pgasrun's end (and the proxy, which opens its
+    topology file only once the PEs' MPI asks for it, cannot be asked any more)."""
+    script = tmp_path / "orphan.py"
+    hydra_files = set(glob.glob("/tmp/hydra_hwloc_xmlfile_*"))
+    proc = start_pgasrun(script, HANGS)
+    proxies = [int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*/cmdline")
+               if b"hydra_pmi_proxy" in Path(p).read_bytes() and str(proc.pid) in _ancestry(int(p.split("/")[2]))]
+    assert proxies, "no Hydra proxy of this run found"
+    for pid in proxies:
+        os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait()
+    assert not _wait_for_no_new_topology_file(hydra_files), "Hydra's topology file left behind"
 
 
 @pytest.mark.parametrize("command", [["--", "python"], ["python3"]], ids=["double-dash", "bare-python3"])

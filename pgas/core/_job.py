@@ -122,14 +122,49 @@ def mapped_segments(pid: int | str = "self") -> set[str]:
     return {path for path in found if path.startswith("/dev/shm/")}    # not "(deleted)"
 
 
+HYDRA_TOPOLOGY = "/tmp/hydra_hwloc_xmlfile_"     # Hydra's proxy writes the node's topology there
+
+
+def hydra_topology_files(pid: int | str) -> set[str]:
+    """The topology file(s) Hydra's proxy ``pid`` holds open for the run (it opens one
+    when the first PE's MPI asks for the topology, and removes it when it ends normally)."""
+    found = set()
+    for fd in glob.glob(f"/proc/{pid}/fd/*"):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith(HYDRA_TOPOLOGY):
+            found.add(target)
+    return found
+
+
+def _ancestors(levels: int) -> list[int]:
+    """This process's parent, its parent's parent, ... (``levels`` of them, fewer at init)."""
+    found, pid = [], os.getpid()
+    for _ in range(levels):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        if pid <= 1:
+            break
+        found.append(pid)
+    return found
+
+
 def record_segments() -> None:
-    """Tell pgasrun which of MPICH's shared-memory files this PE maps (once MPI is up)."""
+    """Tell pgasrun (and the PE's guard) which of MPICH's shared-memory files this PE maps,
+    and which topology file Hydra's proxy (the guard's parent) holds, once MPI is up: a run
+    killed with its proxy leaves them, and their names are random."""
     if under_pgasrun():
-        _write(f"segments-pe{_pe()}", "\n".join(sorted(mapped_segments())))
+        held = set().union(*(hydra_topology_files(pid) for pid in _ancestors(2)))
+        _write(f"segments-pe{_pe()}", "\n".join(sorted(mapped_segments() | held)))
 
 
 def recorded_segments(run_dir: str) -> set[str]:
-    """The MPICH files the PEs of the run said they map."""
+    """The MPICH and Hydra files the PEs of the run said they map or their proxies hold."""
     found = set()
     for _, path in _pes_with(run_dir, "segments-pe"):
         try:

@@ -21,7 +21,6 @@ A guard that is itself being stopped forwards the signal and records nothing.
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
 import selectors
 import shutil
@@ -152,27 +151,20 @@ def _stop_child(child: int) -> None:
             time.sleep(0.02)
 
 
-def _hydra_topology_files(pid: int) -> set[str]:
-    """The topology file(s) Hydra's proxy ``pid`` holds open for the run (in /tmp)."""
-    found = set()
-    for fd in glob.glob(f"/proc/{pid}/fd/*"):
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("/tmp/hydra_hwloc_xmlfile_"):
-            found.add(target)
-    return found
-
-
-def _end_orphaned_run(child: int, topology: set[str]) -> None:
+def _end_orphaned_run(child: int) -> None:
     """pgasrun is gone: stop the child and clean up what pgasrun would have: MPICH's
     shared-memory files the child mapped, Hydra's topology file its proxy (this guard's
-    parent) holds (``topology``: as it held at the start), and the run's directory."""
-    segments = _job.mapped_segments(child) | _hydra_topology_files(os.getppid()) | topology
+    parent) holds, what the PEs recorded of both, and the run's directory."""
+    segments = _job.mapped_segments(child) | _job.hydra_topology_files(os.getppid()) | _recorded_files()
     _stop_child(child)
     _unlink(segments)
     shutil.rmtree(os.environ.get("PGAS_RUN_DIR", ""), ignore_errors=True)
+
+
+def _recorded_files() -> set[str]:
+    """The MPICH and Hydra files the run's PEs recorded (``_job.record_segments``)."""
+    run_dir = os.environ.get("PGAS_RUN_DIR", "")
+    return _job.recorded_segments(run_dir) if run_dir else set()
 
 
 def _unlink(paths) -> None:
@@ -191,9 +183,8 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _run(child: int, pe: int, out_r: int, err_r: int, topology: set[str]) -> int:
-    """Pass the child's output on until it has exited; its wait status (``topology``:
-    Hydra's topology file, removed if pgasrun goes first).
+def _run(child: int, pe: int, out_r: int, err_r: int) -> int:
+    """Pass the child's output on until it has exited; its wait status.
 
     The loop sleeps until something happens (output, the child's end, pgasrun's end):
     periodic wake-ups of the guards, even ten a second, slowed the PEs they share the
@@ -225,7 +216,7 @@ def _run(child: int, pe: int, out_r: int, err_r: int, topology: set[str]) -> int
         for key, _ in selector.select(timeout):
             if key.fd == launcher:                      # pgasrun is gone: so is this run
                 selector.unregister(launcher)
-                _end_orphaned_run(child, topology)
+                _end_orphaned_run(child)
             elif key.fd == ended:
                 selector.unregister(ended)
             else:
@@ -255,7 +246,6 @@ def main(argv: list[str]) -> int:
         print("usage: python -m pgas.launcher._pe_guard CMD [ARGS...]", file=sys.stderr)
         return 2
     _die_with_parent(signal.SIGTERM)        # Hydra's proxy gone: stop as when told to
-    topology = _hydra_topology_files(os.getppid())     # now, while the proxy surely holds it
     pe = int(os.environ.get("PMI_RANK", "0"))
     child, out_r, err_r = _start_child(argv, pe)
 
@@ -269,11 +259,11 @@ def main(argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    status = _run(child, pe, out_r, err_r, topology)
+    status = _run(child, pe, out_r, err_r)
     if _stopping and _launcher_watch() == -1:
         # pgasrun was killed, and with it Hydra's proxy, whose death stopped this guard
-        # before it saw pgasrun's: nobody else removes the topology file
-        _unlink(topology)
+        # before it saw pgasrun's: nobody else removes the topology file the PEs recorded
+        _unlink({path for path in _recorded_files() if path.startswith(_job.HYDRA_TOPOLOGY)})
     how = _describe(status)
     if _stopping:
         pass

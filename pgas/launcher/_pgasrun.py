@@ -96,7 +96,7 @@ def _mpiexec() -> str:
 
 # Files MPICH and Hydra make for a run and remove when it ends normally: MPICH's shared
 # memory, and the topology Hydra's proxy writes (always in /tmp) and holds open for the run.
-_MPI_FILES = (os.path.join(SHM_DIR, "mpich_shm_*"), "/tmp/hydra_hwloc_xmlfile_*")
+_MPI_FILES = (os.path.join(SHM_DIR, "mpich_shm_*"), _job.HYDRA_TOPOLOGY + "*")
 
 
 def _mpich_segments() -> set[str]:
@@ -148,7 +148,9 @@ class _SegmentWatch:
 def _sweep_shared_memory(job_id: str, run_dir: str, segments: _SegmentWatch) -> None:
     """Remove this run's segments, and MPICH's that a killed PE of it could not unlink."""
     mine = set(glob.glob(os.path.join(SHM_DIR, shm_prefix(job_id) + "*"))) | segments.leftovers()
-    for path in mine | {p for p in _job.recorded_segments(run_dir) if p.startswith(SHM_DIR + "/mpich_shm_")}:
+    recorded = {p for p in _job.recorded_segments(run_dir)
+                if p.startswith((SHM_DIR + "/mpich_shm_", _job.HYDRA_TOPOLOGY))}
+    for path in mine | recorded:
         try:
             os.unlink(path)
         except FileNotFoundError:
