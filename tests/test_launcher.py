@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pgas.launcher._pgasrun import _descendants
 from conftest import PGASRUN, ROOT, pe_env, pe_lines, pgasrun, skip_without_remote_transport
 
 FAILING = """
@@ -398,18 +399,6 @@ def _wait_for_no_new_topology_file(before: set, seconds: float = 10) -> set:
     return set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - before
 
 
-def _ancestry(pid: int) -> list[str]:
-    """``pid``'s ancestors' process ids, as strings."""
-    found = []
-    while pid > 1:
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        found.append(str(pid))
-    return found
-
-
 def test_kill_9_of_hydras_proxy_and_pgasrun_leaves_no_topology_file(tmp_path, clean_shm):
     """The order a loaded machine sometimes gives a kill -9 of pgasrun: the proxy dies first,
     so its guards are stopped before they see pgasrun's end (and the proxy, which opens its
@@ -417,8 +406,7 @@ def test_kill_9_of_hydras_proxy_and_pgasrun_leaves_no_topology_file(tmp_path, cl
     script = tmp_path / "orphan.py"
     hydra_files = set(glob.glob("/tmp/hydra_hwloc_xmlfile_*"))
     proc = start_pgasrun(script, HANGS)
-    proxies = [int(p.split("/")[2]) for p in glob.glob("/proc/[0-9]*/cmdline")
-               if b"hydra_pmi_proxy" in Path(p).read_bytes() and str(proc.pid) in _ancestry(int(p.split("/")[2]))]
+    proxies = [pid for pid in _descendants(proc.pid) if b"hydra_pmi_proxy" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert proxies, "no Hydra proxy of this run found"
     for pid in proxies:
         os.kill(pid, signal.SIGKILL)

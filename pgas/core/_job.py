@@ -28,7 +28,7 @@ import time
 
 __all__ = ["GLOBAL_EXIT", "CHECK_FAILED", "under_pgasrun", "mapped_segments", "record_segments", "recorded_segments", "record_failure", "failures",
            "mark_live", "mark_finalized", "record_departure", "live", "live_processes", "departed", "Heartbeat", "waiters",
-           "HEARTBEAT_FRESH_S", "SHM_DIR", "shm_prefix"]
+           "HEARTBEAT_FRESH_S", "SHM_DIR", "shm_prefix", "HYDRA_TOPOLOGY", "hydra_topology_files", "stat_fields"]
 
 SHM_DIR = "/dev/shm"
 
@@ -139,15 +139,21 @@ def hydra_topology_files(pid: int | str) -> set[str]:
     return found
 
 
+def stat_fields(stat_path: str) -> list[str]:
+    """The fields of a /proc/<pid>/stat after the command name (state, ppid, ...); [] if gone."""
+    try:
+        with open(stat_path) as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _ancestors(levels: int) -> list[int]:
     """This process's parent, its parent's parent, ... (``levels`` of them, fewer at init)."""
     found, pid = [], os.getpid()
     for _ in range(levels):
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                pid = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
+        fields = stat_fields(f"/proc/{pid}/stat")
+        pid = int(fields[1]) if fields else 0
         if pid <= 1:
             break
         found.append(pid)

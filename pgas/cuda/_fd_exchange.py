@@ -52,7 +52,7 @@ def allgather_fds(node_comm, fd: int | None, timeout: float, what: str) -> list[
         problems = node_comm.allgather(problem)     # every socket is bound (or all give up) before anyone sends
         if any(problems):
             raise PgasError(f"{what}: " + "; ".join(f"node rank {r}: {p}" for r, p in enumerate(problems) if p))
-        _exchange(sock, token, rank, size, fd, received, time.monotonic() + timeout, timeout, what)
+        _exchange(sock, token, rank, size, fd, received, timeout, what)
         return [received[r] for r in range(size)]
     except BaseException:
         for got in received.values():
@@ -63,8 +63,7 @@ def allgather_fds(node_comm, fd: int | None, timeout: float, what: str) -> list[
             sock.close()
 
 
-def _exchange(sock, token: str, rank: int, size: int, fd: int, received: dict, deadline: float, timeout: float,
-              what: str) -> None:
+def _exchange(sock, token: str, rank: int, size: int, fd: int, received: dict, timeout: float, what: str) -> None:
     """Send ``fd`` to every other rank and receive theirs into ``received``. Sends do not
     block: a peer's queue holds only a few datagrams (net.unix.max_dgram_qlen), so a send
     that finds it full waits until this PE has received what is there for it."""
@@ -72,7 +71,7 @@ def _exchange(sock, token: str, rank: int, size: int, fd: int, received: dict, d
     message = rank.to_bytes(_RANK_BYTES, "little")
     rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
     unsent = [(rank + k) % size for k in range(1, size)]
-    pause = _FIRST_PAUSE_S
+    deadline, pause = time.monotonic() + timeout, _FIRST_PAUSE_S
     try:
         while unsent or len(received) < size:
             progressed = False

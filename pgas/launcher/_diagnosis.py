@@ -8,17 +8,9 @@ import socket
 import time
 
 from ..core import _job
+from ..core._job import stat_fields
 
-__all__ = ["StoppedPes", "pe_list", "stat_fields", "stranded", "where_waits_lead"]
-
-
-def stat_fields(stat_path: str) -> list[str]:
-    """The fields of a /proc/<pid>/stat after the command name (state, ppid, ...); [] if gone."""
-    try:
-        with open(stat_path) as stat:
-            return stat.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
+__all__ = ["StoppedPes", "pe_list", "stranded", "where_waits_lead"]
 
 
 def pe_list(pes: list[int]) -> str:

@@ -30,8 +30,8 @@ from ..core import _job
 from ..core._backend import backend_name
 from ..core._env import invalid_settings, unknown_settings
 from ..core._errors import PgasError
-from ..core._job import SHM_DIR, shm_prefix
-from ._diagnosis import StoppedPes, pe_list, stat_fields, stranded, where_waits_lead
+from ..core._job import SHM_DIR, shm_prefix, stat_fields
+from ._diagnosis import StoppedPes, pe_list, stranded, where_waits_lead
 from ._output import Relay
 from ._stdin import FIFO_VARIABLE, Pump
 
