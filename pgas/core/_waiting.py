@@ -10,7 +10,12 @@ from ._constants import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NAMES, CMP_N
 from ._device_errors import device_error, timeout_error, value_waited_for
 from ._errors import PgasTimeoutError
 
-__all__ = ["compare", "check_cmp", "Wait", "wait_for_value", "sleep_until", "precise_sleeps", "before_waiting"]
+__all__ = ["compare", "check_cmp", "Wait", "HOST_WAIT_BACKOFF_S", "wait_for_value", "sleep_until", "precise_sleeps",
+           "before_waiting"]
+
+# The longest sleep of a host thread waiting for a word another PE writes (wait_until,
+# signal_wait_until): waits that only yielded kept a core busy.
+HOST_WAIT_BACKOFF_S = 1e-3
 
 # Called when a thread starts to wait: a remote engine that holds back small requests to
 # send them together sends them now (what is waited for may depend on them).
@@ -76,14 +81,15 @@ class Wait:
             self._sleep = min(self._sleep * 2 + 1e-6, self.backoff_s)
 
 
-def wait_for_value(fn: str, load, what: str, cmp, value, timeout: float):
-    """Call ``load()`` until its result ``<cmp> value``; returns that result.
+def wait_for_value(fn: str, load, what: str, cmp, value, timeout: float, backoff_s: float = 0.0):
+    """Call ``load()`` until its result ``<cmp> value``; returns that result. Between
+    calls it pauses as ``Wait`` with ``backoff_s``.
 
     Fails after ``timeout`` seconds with a PgasTimeoutError naming ``what`` and the last
     value seen.
     """
     check_cmp(fn, cmp)
-    clock = Wait(fn, timeout)
+    clock = Wait(fn, timeout, backoff_s=backoff_s)
     while True:
         seen = load()
         if compare(seen, cmp, value):

@@ -29,7 +29,7 @@ from ..core._checks import check_contiguous
 from ..core._codes import DTYPE_SETS, MASK_DTYPES, WAIT_DTYPES
 from ..core._device_errors import value_waited_for
 from ..core._errors import PgasValueError
-from ..core._waiting import Wait, check_cmp, compare
+from ..core._waiting import HOST_WAIT_BACKOFF_S, Wait, check_cmp, compare
 from ..runtime._arrays import as_ndarray
 from ..runtime._state import Runtime, runtime
 from ._atomics import check_operand
@@ -37,7 +37,6 @@ from ._rma import quiet
 
 __all__ = ["wait_until", "test", "fence"]    # + the set forms, generated below
 
-_BACKOFF_S = 1e-3
 
 
 def _local_ivars(rt: Runtime, fn: str, ivars, what: str) -> np.ndarray:
@@ -119,7 +118,7 @@ def _wait(fn: str, ivars, status, cmp, value, values, mode: str, waiting: bool):
             if mode == "any":
                 return (hits[0] if hits else -1), seen
             return np.array(hits, np.int64), seen
-        clock = clock or Wait(fn, rt.timeout, backoff_s=_BACKOFF_S)
+        clock = clock or Wait(fn, rt.timeout, backoff_s=HOST_WAIT_BACKOFF_S)
         first = next(i for i in range(data.size) if included[i] and i not in hits)
         clock.pause(lambda: value_waited_for(f"ivars[{first}]", cmp, targets[first], seen[first])
                     + ("" if mode == "all" else ", the first included one"))

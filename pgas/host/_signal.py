@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..core import _cpu_atomics
 from ..core._checks import check_pe, check_sig_op, check_signal
 from ..core._constants import SIGNAL_ADD, SIGNAL_SET
-from ..core._waiting import check_cmp, wait_for_value
+from ..core._waiting import HOST_WAIT_BACKOFF_S, check_cmp, wait_for_value
 from ..runtime._arrays import as_ndarray
 from ..runtime._state import Runtime, runtime
 from ._atomics import check_operand
@@ -212,7 +212,7 @@ def signal_wait_until(signal, cmp, value, stream=None):
         from . import _gpu_ops
         return _gpu_ops.signal_wait_until(word, cmp, value, stream, fn)
     return wait_for_value(fn, lambda: _cpu_atomics.load_acquire(word, fn, "signal"), "signal", cmp, value,
-                          rt.timeout)
+                          rt.timeout, HOST_WAIT_BACKOFF_S)
 
 
 @nvshmem4py_keywords("signal_var", "signal_val")

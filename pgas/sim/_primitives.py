@@ -32,6 +32,10 @@ from ._multicast import MULTICAST_WHY, MulticastArray
 __all__ = list(PRIMITIVES)
 
 WARP_SIZE = 32
+# A device wait's pauses grow from a yield to this (``Wait``'s backoff): waits that only
+# yielded kept the cores busy while the message they waited for needed one (a device
+# ping-pong between two emulated nodes took 8-16 ms a round trip; docs/simulator.md).
+_WAIT_BACKOFF_S = 100e-6
 
 
 def runtime(fn: str) -> _runtime.Runtime:
@@ -302,13 +306,14 @@ def wait_for_value(fn: str, word: np.ndarray, what: str, cmp, value):
     """Poll local ``word[0]`` (acquire) until ``word[0] <cmp> value`` (``value`` in the word's
     dtype, as on a GPU); returns the value seen."""
     target = cast_like(word[0], value)
-    return _wait_for_value(fn, lambda: load_acquire(word, fn, what), what, cmp, target, runtime(fn).timeout)
+    return _wait_for_value(fn, lambda: load_acquire(word, fn, what), what, cmp, target, runtime(fn).timeout,
+                           _WAIT_BACKOFF_S)
 
 
 def wait_for_arrivals(fn: str, team, words: np.ndarray, epoch) -> None:
     """Wait until every member's arrival flag in ``words`` has reached ``epoch``."""
     members = _team(team, fn)
-    clock = Wait(fn, runtime(fn).timeout)
+    clock = Wait(fn, runtime(fn).timeout, backoff_s=_WAIT_BACKOFF_S)
     for rank in range(members.size):
         while load_acquire(words[rank:rank + 1], fn, "barrier flag") < epoch:
             clock.pause(lambda: arrivals_waited_for([members.pes[r] for r in range(members.size) if words[r] < epoch],
@@ -317,7 +322,7 @@ def wait_for_arrivals(fn: str, team, words: np.ndarray, epoch) -> None:
 
 def wait_start(fn: str) -> Wait:
     """The clock of one wait loop (``wait_pause``)."""
-    return Wait(fn, runtime(fn).timeout)
+    return Wait(fn, runtime(fn).timeout, backoff_s=_WAIT_BACKOFF_S)
 
 
 def wait_pause(fn: str, clock: Wait, ivars: np.ndarray, index: int, what: str, cmp, value) -> None:
