@@ -1,0 +1,110 @@
+"""Ping-pong between two PEs: a kernel's ``p`` answered by the peer's kernel, and a
+``signal_op`` answered from host code, beside MPI's ``Send``/``Recv`` of 8 bytes, in the same run.
+
+    pgasrun -np 2 python -m pgas.bench pingpong
+    pgasrun -np 2 --pes-per-node 1 python -m pgas.bench pingpong    # through the NIC (another node)
+
+Each round trip: PE 0 writes round ``i`` into PE 1's flag (``p``) and waits for its own
+flag to reach ``i`` (``signal_wait_until``); PE 1 waits for its flag, then writes ``i``
+back. The device form is one kernel of one thread on each PE (both waits are device
+waits); the host form calls ``pgas.signal_op`` (``SIGNAL_SET``) and
+``pgas.signal_wait_until``. Printed: the median round trip in microseconds of each of ``--stretches`` stretches of ``--rounds`` round
+trips (medians: a best mean hides stretches where the threads of both PEs landed badly
+on the cores), and MPI's the same way.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from mpi4py import MPI
+from numba import cuda
+
+import pgas
+import pgas.device as dev
+
+
+@cuda.jit
+def _device_pingpong(flag, rounds, me, stamps):
+    other = 1 - me
+    for i in range(1, rounds + 1):
+        if me == 0:
+            dev.p(flag, np.uint64(i), other)
+            dev.signal_wait_until(flag, dev.CMP_GE, np.uint64(i))
+        else:
+            dev.signal_wait_until(flag, dev.CMP_GE, np.uint64(i))
+            dev.p(flag, np.uint64(i), other)
+        stamps[i] = time.perf_counter()
+
+
+def _host_pingpong(flag, rounds: int, me: int, stamps) -> None:
+    other = 1 - me
+    for i in range(1, rounds + 1):
+        if me == 0:
+            pgas.signal_op(flag, i, pgas.SIGNAL_SET, other)
+            pgas.signal_wait_until(flag, pgas.CMP_GE, i)
+        else:
+            pgas.signal_wait_until(flag, pgas.CMP_GE, i)
+            pgas.signal_op(flag, i, pgas.SIGNAL_SET, other)
+        stamps[i] = time.perf_counter()
+
+
+def _mpi_pingpong(comm, rounds: int, me: int, stamps) -> None:
+    other, message = 1 - me, np.zeros(1, np.uint64)
+    for i in range(1, rounds + 1):
+        if me == 0:
+            message[0] = i
+            comm.Send(message, other)
+            comm.Recv(message, other)
+        else:
+            comm.Recv(message, other)
+            comm.Send(message, other)
+        stamps[i] = time.perf_counter()
+
+
+def _stretch_medians(run, flag, stretches: int, rounds: int) -> list[float]:
+    """Median round trip (seconds) of each stretch of ``rounds``, as PE 0 saw them."""
+    medians = []
+    for _ in range(stretches):
+        if flag is not None:
+            flag.copy_to_device(np.zeros(1, np.uint64))
+        pgas.barrier_all()
+        stamps = np.zeros(rounds + 1)
+        stamps[0] = time.perf_counter()
+        run(stamps)
+        medians.append(float(np.median(np.diff(stamps))))
+    return medians
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pgas.bench pingpong", description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=500, help="round trips per stretch")
+    parser.add_argument("--stretches", type=int, default=5, help="stretches of each form")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.stretches < 1:
+        parser.error(f"--rounds and --stretches must be at least 1, got {args.rounds} and {args.stretches}")
+    pgas.init()
+    me, comm = pgas.my_pe(), MPI.COMM_WORLD
+    if pgas.n_pes() != 2:
+        raise SystemExit("pingpong needs 2 PEs: pgasrun -np 2 python -m pgas.bench pingpong")
+    flag = pgas.zeros(1, np.uint64)
+
+    def device(stamps):
+        _device_pingpong[1, 1](flag, stamps.size - 1, me, stamps)
+        cuda.synchronize()
+
+    _stretch_medians(device, flag, 1, 20)       # compiled and warm before it is timed
+    figures = {"device p + signal_wait_until": _stretch_medians(device, flag, args.stretches, args.rounds),
+               "host signal_op + signal_wait_until": _stretch_medians(
+                   lambda stamps: _host_pingpong(flag, stamps.size - 1, me, stamps), flag, args.stretches,
+                   args.rounds),
+               "MPI Send + Recv, 8 B": _stretch_medians(
+                   lambda stamps: _mpi_pingpong(comm, stamps.size - 1, me, stamps), None, args.stretches,
+                   args.rounds)}
+    if me == 0:
+        print(f"PE 0 <-> PE 1 through {pgas.info()['transports'][1]}; median round trip in microseconds "
+              f"per stretch of {args.rounds}")
+        for name, medians in figures.items():
+            print(f"{name:>34}: " + " ".join(f"{m * 1e6:8.1f}" for m in medians), flush=True)
+    pgas.finalize()
