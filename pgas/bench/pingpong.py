@@ -8,9 +8,9 @@ Each round trip: PE 0 writes round ``i`` into PE 1's flag (``p``) and waits for 
 flag to reach ``i`` (``signal_wait_until``); PE 1 waits for its flag, then writes ``i``
 back. The device form is one kernel of one thread on each PE (both waits are device
 waits); the host form calls ``pgas.signal_op`` (``SIGNAL_SET``) and
-``pgas.signal_wait_until``. Printed: the median round trip in microseconds of each of ``--stretches`` stretches of ``--rounds`` round
-trips (medians: a best mean hides stretches where the threads of both PEs landed badly
-on the cores), and MPI's the same way.
+``pgas.signal_wait_until``. Printed for each of ``--stretches`` stretches of ``--rounds``
+round trips: the mean round trip in microseconds and, in brackets, the median (a mean
+far above its median: a few round trips that stalled), and MPI's the same way.
 """
 from __future__ import annotations
 
@@ -63,9 +63,9 @@ def _mpi_pingpong(comm, rounds: int, me: int, stamps) -> None:
         stamps[i] = time.perf_counter()
 
 
-def _stretch_medians(run, flag, stretches: int, rounds: int) -> list[float]:
-    """Median round trip (seconds) of each stretch of ``rounds``, as PE 0 saw them."""
-    medians = []
+def _stretch_figures(run, flag, stretches: int, rounds: int) -> list[tuple[float, float]]:
+    """(mean, median) round trip in seconds of each stretch of ``rounds``, as PE 0 saw them."""
+    figures = []
     for _ in range(stretches):
         if flag is not None:
             flag.copy_to_device(np.zeros(1, np.uint64))
@@ -73,8 +73,9 @@ def _stretch_medians(run, flag, stretches: int, rounds: int) -> list[float]:
         stamps = np.zeros(rounds + 1)
         stamps[0] = time.perf_counter()
         run(stamps)
-        medians.append(float(np.median(np.diff(stamps))))
-    return medians
+        trips = np.diff(stamps)
+        figures.append((float(trips.mean()), float(np.median(trips))))
+    return figures
 
 
 def main(argv=None) -> None:
@@ -94,17 +95,18 @@ def main(argv=None) -> None:
         _device_pingpong[1, 1](flag, stamps.size - 1, me, stamps)
         cuda.synchronize()
 
-    _stretch_medians(device, flag, 1, 20)       # compiled and warm before it is timed
-    figures = {"device p + signal_wait_until": _stretch_medians(device, flag, args.stretches, args.rounds),
-               "host signal_op + signal_wait_until": _stretch_medians(
+    _stretch_figures(device, flag, 1, 20)       # compiled and warm before it is timed
+    figures = {"device p + signal_wait_until": _stretch_figures(device, flag, args.stretches, args.rounds),
+               "host signal_op + signal_wait_until": _stretch_figures(
                    lambda stamps: _host_pingpong(flag, stamps.size - 1, me, stamps), flag, args.stretches,
                    args.rounds),
-               "MPI Send + Recv, 8 B": _stretch_medians(
+               "MPI Send + Recv, 8 B": _stretch_figures(
                    lambda stamps: _mpi_pingpong(comm, stamps.size - 1, me, stamps), None, args.stretches,
                    args.rounds)}
     if me == 0:
-        print(f"PE 0 <-> PE 1 through {pgas.info()['transports'][1]}; median round trip in microseconds "
-              f"per stretch of {args.rounds}")
-        for name, medians in figures.items():
-            print(f"{name:>34}: " + " ".join(f"{m * 1e6:8.1f}" for m in medians), flush=True)
+        print(f"PE 0 <-> PE 1 through {pgas.info()['transports'][1]}; mean (median) round trip in "
+              f"microseconds per stretch of {args.rounds}")
+        for name, stretches in figures.items():
+            print(f"{name:>34}: " + " ".join(f"{mean * 1e6:8.1f} ({median * 1e6:.0f})" for mean, median in stretches),
+                  flush=True)
     pgas.finalize()
