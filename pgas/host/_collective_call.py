@@ -13,7 +13,7 @@ from ..core import _cpu_atomics
 from ..core._checks import check_contiguous, check_dtypes_match, check_same_order, contiguous_orders, flat
 from ..core._errors import PgasValueError
 from ..core._reductions import reduction_ufunc
-from ..core._waiting import Wait
+from ..core._waiting import HOST_WAIT_BACKOFF_S, Wait
 from ..runtime._arrays import array_span, as_ndarray, overlap
 from ..runtime import _state
 from ..runtime._state import runtime
@@ -84,7 +84,7 @@ class Call:
         calls = self.rt.collective_calls
         calls[self.slot] += 1
         self.base = calls[self.slot] * _STRIDE
-        self.clock = Wait(self.fn, self.rt.timeout, spin_s=_SPIN_S)
+        self.clock = Wait(self.fn, self.rt.timeout, spin_s=_SPIN_S, backoff_s=HOST_WAIT_BACKOFF_S)
         if not hasattr(self, "loads"):
             self.loads, self.stores = self.accessors()
             self.views = {}     # (which, rank) -> that member's copy, made on first read

@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from ..core._reductions import OPS, reduce_into
-from ..core._waiting import Wait
+from ..core._waiting import HOST_WAIT_BACKOFF_S, Wait
 from ..runtime._state import EAGER_BYTES, EAGER_FIRST, EAGER_REGIONS
 from ._fold_code import compiled_fold
 
@@ -93,7 +93,7 @@ def runner(call, kind: str, extra):
             os.sched_yield()
             if load() >= number:
                 return
-        clock = Wait(fn, rt.timeout, spin_s=_SPIN_S)
+        clock = Wait(fn, rt.timeout, spin_s=_SPIN_S, backoff_s=HOST_WAIT_BACKOFF_S)
         waiting_for = f"PE {team.pes[rank]} {what}"
         while load() < number:
             clock.pause(waiting_for)
