@@ -14,7 +14,8 @@ __all__ = ["compare", "check_cmp", "Wait", "HOST_WAIT_BACKOFF_S", "wait_for_valu
            "before_waiting"]
 
 # The longest sleep of a host thread waiting for a word another PE writes (wait_until,
-# signal_wait_until): waits that only yielded kept a core busy.
+# signal_wait_until, the host collectives' progress words): waits that only yielded kept
+# a core busy.
 HOST_WAIT_BACKOFF_S = 1e-3
 
 # Called when a thread starts to wait: a remote engine that holds back small requests to

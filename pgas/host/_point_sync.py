@@ -38,7 +38,6 @@ from ._rma import quiet
 __all__ = ["wait_until", "test", "fence"]    # + the set forms, generated below
 
 
-
 def _local_ivars(rt: Runtime, fn: str, ivars, what: str) -> np.ndarray:
     """This PE's copy of symmetric ``ivars``, flat, checked."""
     data = as_ndarray(ivars, fn, what)

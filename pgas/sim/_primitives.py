@@ -313,7 +313,7 @@ def wait_for_value(fn: str, word: np.ndarray, what: str, cmp, value):
 def wait_for_arrivals(fn: str, team, words: np.ndarray, epoch) -> None:
     """Wait until every member's arrival flag in ``words`` has reached ``epoch``."""
     members = _team(team, fn)
-    clock = Wait(fn, runtime(fn).timeout, backoff_s=_WAIT_BACKOFF_S)
+    clock = wait_start(fn)
     for rank in range(members.size):
         while load_acquire(words[rank:rank + 1], fn, "barrier flag") < epoch:
             clock.pause(lambda: arrivals_waited_for([members.pes[r] for r in range(members.size) if words[r] < epoch],
