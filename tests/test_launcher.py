@@ -343,7 +343,7 @@ def test_a_misspelt_variable_is_named_once_with_the_closest_known_one(tmp_path, 
     # the heap files are sparse: that they fit is checked, rather than found by a SIGBUS later
     ("PGAS_SYMMETRIC_SIZE=100t", "", "PGAS_SYMMETRIC_SIZE=100t: the symmetric heaps of the 3 PEs on this machine "
                                      "need 329853488332800 bytes of /dev/shm, which has"),
-    ("PGAS_SYMMETRIC_SIZE=512", "", "PGAS_SYMMETRIC_SIZE=512 is too small: pgas keeps 6163456 bytes of every "
+    ("PGAS_SYMMETRIC_SIZE=512", "", "PGAS_SYMMETRIC_SIZE=512 is too small: pgas keeps 6163712 bytes of every "
                                     "PE's heap for its own synchronization words and the staging buffers of "
                                     "small collectives"),
     ("", "os.environ['PGAS_TIMEOUT'] = '-4'", "PGAS_TIMEOUT='-4' is not valid"),

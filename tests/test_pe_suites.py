@@ -17,6 +17,7 @@ MODULES = {
     "checks_errors": (ALL_COUNTS, {}),
     "checks_atomics": (ALL_COUNTS, {}),
     "checks_signals": (ALL_COUNTS, {}),
+    "checks_wakes": (ALL_COUNTS, {}),
     "checks_teams": (MULTI_PE, {}),
     "checks_debug": (MULTI_PE, {"PGAS_DEBUG": "1"}),
     "checks_collectives": ([1, 2, 3, 4, 5], {}),
@@ -36,7 +37,7 @@ MODULES = {
 LAYOUTS = {"ibgda": [(4, 2), (3, 1)], "proxy": [(4, 2)], "ucx": [(4, 2)], "ibgda+mpi": [(4, 2)]}
 MIXED_ONLY = {"checks_collectives", "checks_device_collectives", "checks_teams", "checks_scans", "checks_debug"}
 ENGINE_MODULES = {"checks_host_rma", "checks_device_rma", "checks_device_sync", "checks_errors", "checks_atomics",
-                 "checks_signals", "checks_locks"}
+                 "checks_signals", "checks_locks", "checks_wakes"}
 NOT_ON_PROXY = {"checks_device_sync"}    # the proxy takes the same Transports calls as from host code
 
 CASES = [(module, n, name) for module, (counts, _) in MODULES.items() for n in counts

@@ -30,15 +30,21 @@ WAITING_KERNEL = r"""
 import threading, time
 import numpy as np
 import pgas, pgas.device as dev
+from pgas.core import _wake_words
 from pgas.sim import _primitives
 from numba import cuda
 
-pauses, sleep = [], time.sleep
+pauses, sleep, sleep_on_word = [], time.sleep, _wake_words.Sleeper.sleep
 
 
 def recorded(seconds):
     pauses.append((threading.get_ident(), seconds))
     sleep(seconds)
+
+
+def recorded_on_word(self, seen, seconds):      # (the wake word's sleeps: the flag is set uncounted)
+    pauses.append((threading.get_ident(), seconds))
+    sleep_on_word(self, seen, seconds)
 
 
 @cuda.jit
@@ -50,11 +56,11 @@ def wait_for_flag(flag, waiter):
 pgas.init()
 flag, waiter = pgas.zeros(1, np.uint64), np.zeros(1, np.int64)
 setter = threading.Timer(0.5, lambda: flag.copy_to_device(np.ones(1, np.uint64)))
-time.sleep = recorded
+time.sleep, _wake_words.Sleeper.sleep = recorded, recorded_on_word
 setter.start()
 wait_for_flag[1, 1](flag, waiter)
 cuda.synchronize()
-time.sleep = sleep
+time.sleep, _wake_words.Sleeper.sleep = sleep, sleep_on_word
 mine = [seconds for thread, seconds in pauses if thread == waiter[0]]
 longest = _primitives._WAIT_BACKOFF_S
 assert mine and max(mine) == longest, (len(mine), max(mine, default=None))
@@ -66,8 +72,9 @@ pgas.finalize()
 
 
 def test_a_device_wait_sleeps_growing_to_its_longest_pause(tmp_path, clean_shm):
-    """A simulated thread waiting for a flag yields once, then sleeps, growing to
-    ``_WAIT_BACKOFF_S`` (it used to yield and look again at once, for as long as it waited)."""
+    """A simulated thread waiting for a flag yields at most twice, then sleeps, growing to
+    ``_WAIT_BACKOFF_S`` (it used to yield and look again at once, for as long as it waited);
+    on the PE's wake word (the flag is set here without being counted, so no write ends them)."""
     script = tmp_path / "waiting.py"
     script.write_text(WAITING_KERNEL)
     proc = pgasrun(1, "python", str(script), options=["--tag-output"])

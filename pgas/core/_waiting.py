@@ -11,7 +11,7 @@ from ._device_errors import device_error, timeout_error, value_waited_for
 from ._errors import PgasTimeoutError
 
 __all__ = ["compare", "check_cmp", "Wait", "HOST_WAIT_BACKOFF_S", "wait_for_value", "sleep_until", "precise_sleeps",
-           "before_waiting"]
+           "before_waiting", "sleep_on", "Naps", "SHORT_FIRST_NAP_S", "LONG_FIRST_NAP_S"]
 
 # The longest sleep of a host thread waiting for a word another PE writes (wait_until,
 # signal_wait_until, the host collectives' progress words): waits that only yielded kept
@@ -21,6 +21,61 @@ HOST_WAIT_BACKOFF_S = 1e-3
 # Called when a thread starts to wait: a remote engine that holds back small requests to
 # send them together sends them now (what is waited for may depend on them).
 before_waiting: list = []
+
+# What waits sleep on (``_wake_words.Sleeper``s; the simulator backend from init to
+# finalize), or None (they sleep their time): the wake word of this PE's heap (``Wait``),
+# and its word for the answers to its requests through the NIC (``Naps``).
+_sleeper = _answers = None
+# A wait's first sleep on the wake word (they double up to its back-off): see ``sleep_on``.
+_first_nap_s = SHORT_FIRST_NAP_S = 1e-6
+LONG_FIRST_NAP_S = 30e-6
+
+
+def sleep_on(heap, answers, first_nap_s: float = SHORT_FIRST_NAP_S) -> None:
+    """Waits started from now on sleep on ``heap`` and ``answers`` (``_wake_words.Sleeper``s,
+    or None: plain sleeps), the first sleep of a wait ``first_nap_s`` long. Set at init,
+    cleared before the heap is unmapped.
+
+    Measured on 2 cores (docs/benchmarks.md, "pingpong"): a host ping-pong between two PEs
+    of one node took 42-43 µs a round trip with waits whose sleeps start at 1 µs, 105 µs
+    at 30 µs (a wake-up of a thread that sleeps long costs the waker and the woken more),
+    but between PEs on two nodes short first sleeps took the core from the PE's progress
+    thread as often as their timers fired, delaying what it sends: put_nbi + wait 307 µs a
+    round trip, 99 µs at 30 µs. So a PE that reaches others through the NIC starts at
+    LONG_FIRST_NAP_S, one that does not at SHORT_FIRST_NAP_S."""
+    global _sleeper, _answers, _first_nap_s
+    _sleeper, _answers, _first_nap_s = heap, answers, first_nap_s
+
+
+class Naps:
+    """The back-off of a thread waiting for the answer to its request through the NIC:
+    ``look()`` before it checks whether the answer has come, ``nap()`` if not. The naps grow
+    by ``next_pause`` (from 0) and end early when answers land for this PE (its word for
+    them); after a nap that answers for others ended, the next is a plain sleep, as
+    ``Wait``'s (many threads waiting at once would otherwise all wake at each answer)."""
+
+    def __init__(self, next_pause):
+        self.pause = 0.0
+        self._next_pause = next_pause
+        self._answers = _answers
+        self._seen = 0
+        self._woken = False
+
+    def look(self) -> None:
+        """Before checking: the answers counted so far."""
+        if self._answers is not None:
+            self._seen = self._answers.count()
+
+    def nap(self, longest: float = float("inf")) -> None:
+        """Sleep the current pause (at most ``longest``), or until answers land; then grow it."""
+        seconds, answers = min(self.pause, longest), self._answers
+        if answers is None or seconds <= 0 or self._woken:
+            time.sleep(seconds)
+            self._woken = False
+        else:
+            answers.sleep(self._seen, seconds)
+            self._woken = answers.count() != self._seen
+        self.pause = self._next_pause(self.pause)
 
 
 def compare(value, cmp, target) -> bool:
@@ -53,6 +108,12 @@ class Wait:
     need, but costs the kernel's timer slack, about 50 us). Host waits spin first.
     ``backoff_s``: sleeps then grow exponentially up to that long (waits for the NIC).
     ``waits_for()``: the PEs the wait needs, if known (``_job.Heartbeat``).
+
+    Where this PE has a wake word (``sleep_on``), a sleep ends early when someone writes
+    this PE's heap (``_wake_words``): a wait for a word another PE writes then takes the
+    time of the write and a wake-up, not the rest of a sleep. A sleep ended by a write
+    that did not end the wait (the caller pauses again) is followed by one plain sleep, so
+    that a stream of writes into this heap for others does not keep the waiter awake.
     """
 
     def __init__(self, fn: str, timeout: float, spin_s: float = 0.0, backoff_s: float = 0.0, waits_for=None):
@@ -66,6 +127,10 @@ class Wait:
         self.spin_until = now + spin_s
         self.backoff_s = backoff_s      # > 0: sleeps grow from a yield up to this long
         self._sleep = 0.0
+        self._sleeper = _sleeper
+        self._seen = _sleeper.count() if _sleeper is not None else 0     # before the caller's first check
+        self._woken = False             # the last sleep ended at a write (and the wait goes on)
+        self._nap = 0.0                 # the last sleep on the wake word
 
     def pause(self, waiting_for) -> None:
         """``waiting_for``: text, or a function giving it (only called on timeout)."""
@@ -77,7 +142,17 @@ class Wait:
             raise timeout_error(self.fn, self.timeout, waiting_for() if callable(waiting_for) else waiting_for)
         if now >= self.heartbeat.due:
             self.heartbeat.beat(now)
-        time.sleep(self._sleep)  # let whoever we wait for run (a simulated thread, or a peer on this core)
+        # let whoever we wait for run (a simulated thread, or a peer on this core)
+        sleeper = self._sleeper
+        if sleeper is not None and self.backoff_s and not self._woken:
+            self._nap = min(2 * self._nap, self.backoff_s) if self._nap else min(_first_nap_s, self.backoff_s)
+            sleeper.sleep(self._seen, self._nap)
+            self._woken = sleeper.count() != self._seen
+        else:
+            time.sleep(self._sleep)
+            self._woken = False
+        if sleeper is not None:
+            self._seen = sleeper.count()     # read before the caller checks again
         if self.backoff_s:       # many waiters (simulated threads) must not starve the one they wait for
             self._sleep = min(self._sleep * 2 + 1e-6, self.backoff_s)
 

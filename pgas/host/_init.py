@@ -12,6 +12,8 @@ from ..core._backend import backend_name, gpu_usable
 from ..core._env import setting, unknown_settings
 from ..core._errors import PgasError, PgasValueError
 from ..core._version import SPEC_VERSION, VENDOR_NAME, VERSION
+from ..core._waiting import LONG_FIRST_NAP_S, SHORT_FIRST_NAP_S, precise_sleeps, sleep_on
+from ..core._wake_words import Sleeper, WakeWords
 from ..runtime import _failure, _state
 from ..runtime._allocator import HeapAllocator
 from ..runtime._barrier import wait_all
@@ -155,13 +157,19 @@ def init(comm=None, *, mpi_comm=None, initializer_method=None, device=None, uid=
     heap = heap_class(boot, size, timeout, device)
     try:
         rt = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
-        rt.transports = Transports(boot, heap, timeout, on_nic_failure=_failure.end_job_for_nic)
+        wakes = None if rt.wake_offset is None else WakeWords(heap.bases, rt.wake_offset)
+        rt.transports = Transports(boot, heap, timeout, on_nic_failure=_failure.end_job_for_nic, wakes=wakes)
         # the fast path of small same-node put/get skips the argument checks of PGAS_DEBUG
-        rt.direct = None if heap.device_arrays or debug else DirectCopies(heap, rt.transports.fast_copy)
+        rt.direct = None if heap.device_arrays or debug else DirectCopies(heap, rt.transports.fast_copy, wakes)
     except Exception:
         heap.close()
         raise
     _state.start(rt)
+    if wakes is not None:       # waits sleep on this PE's wake word, each sleep no longer than asked
+        # (the first sleep of a wait is longer where this PE's progress thread shares the cores)
+        sleep_on(Sleeper(wakes.addresses[boot.my_pe]), Sleeper(wakes.answers),
+                 LONG_FIRST_NAP_S if rt.transports.remote else SHORT_FIRST_NAP_S)
+        precise_sleeps()
     check.begin(rt)
     _failure.install_hooks(boot.n_pes, heap.device_arrays)
     _job.mark_live()
@@ -181,6 +189,7 @@ def finalize() -> None:
     found = check.end(rt)
     rt.transports.quiet("pgas.finalize")
     wait_all(rt.boot.comm, "pgas.finalize")   # after it nobody sends this PE's NIC requests
+    sleep_on(None, None)        # (the heap's word is about to be unmapped)
     rt.transports.close()
     if rt.direct is not None:
         rt.direct.close()

@@ -90,6 +90,7 @@ class Nic(Responder):
         self._running = False
         self._thread: threading.Thread | None = None
         self.failure: str | None = None
+        self.on_written: Callable[[], None] | None = None    # after requests wrote local memory
 
     # Memory regions ---------------------------------------------------------------
 

@@ -17,7 +17,8 @@ __all__ = ["Responder", "apply_atomic"]
 
 class Responder:
     """The responder half of ``Nic`` (a base class of it): answers a batch of requests.
-    It uses the NIC's regions by rkey (``_by_rkey``) and its wire (``_isend``, ``_receive``)."""
+    It uses the NIC's regions by rkey (``_by_rkey``) and its wire (``_isend``, ``_receive``),
+    and calls ``on_written`` (if set) after each batch, before answering it."""
 
     def _respond(self, source: int, buf: bytearray) -> None:
         """A batch of requests from ``source``: check, apply in order, answer."""
@@ -39,6 +40,8 @@ class Responder:
                 position += length
             syndrome, value = self._apply(source, packet, opcode, length, incoming, out, large)
             results[i]["syndrome"], results[i]["value"] = syndrome, value
+        if self.on_written is not None:     # (whoever waits for a word of it looks again)
+            self.on_written()
         packed = b"".join(out)
         self._isend(np.array([len(results), len(packed)], np.uint64).tobytes() + results.tobytes() + packed,
                     source, TAG_RESPONSE)

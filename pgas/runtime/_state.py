@@ -7,6 +7,7 @@ import numpy as np
 
 from ..core._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
 from ..core._env import shown
+from ..core._wake_words import WAKE_BYTES, supported as wake_words_supported
 from ..core._errors import PgasConfigError, PgasError, PgasValueError
 from ..transport._direct import DirectCopies
 from ..transport._routing import Transports
@@ -52,6 +53,9 @@ class Runtime:
     # (EAGER_REGIONS, EAGER_BYTES, EAGER_FIRST; None on the cuda backend).
     eager_state: list = field(init=False)
     eager_offset: int | None = field(init=False, default=None)
+    # The heap offset of the PEs' wake words (``core._wake_words``; simulator backend, where
+    # the futex call is known; else None).
+    wake_offset: int | None = field(init=False, default=None)
     # Per team slot: its members' staging buffers for eager calls, as bytes (_eager).
     eager_staging: dict = field(init=False, default_factory=dict)
     # Host collective calls kept for repeats, by collective, team, options and the ids of
@@ -74,6 +78,9 @@ class Runtime:
         own_words = [MAX_TEAMS * (n + 1) * 8, MAX_TEAMS * COLLECTIVE_WORDS * 8]
         if not self.on_gpu:
             own_words.append(EAGER_REGIONS * sum(EAGER_BYTES))
+        wakes = not self.on_gpu and wake_words_supported()
+        if wakes:
+            own_words.append(WAKE_BYTES)
         needed = sum(self.allocator.reserved_size(nbytes) for nbytes in own_words)
         if self.allocator.size < needed:
             kept = "synchronization words" + ("" if self.on_gpu else " and the staging buffers of small collectives")
@@ -87,6 +94,8 @@ class Runtime:
         self.collective_words = self.heap.array_at(self._collective_offset, (MAX_TEAMS, COLLECTIVE_WORDS), np.int64)
         if not self.on_gpu:
             self.eager_offset = self.allocator.allocate(EAGER_REGIONS * sum(EAGER_BYTES))
+        if wakes:
+            self.wake_offset = self.allocator.allocate(WAKE_BYTES)
         self.heap.zero(0, self.allocator.bytes_used)
         self.teams = [None] * MAX_TEAMS
         for slot, team in enumerate(predefined_teams(self.boot)):

@@ -35,10 +35,12 @@ def _simulator_array_type():
 class DirectCopies:
     """Contiguous copies between this PE and the PEs whose heaps are mapped here."""
 
-    def __init__(self, heap, remote=None):
+    def __init__(self, heap, remote=None, wakes=None):
         # remote(pe, offset, local, to_peer): the same copy with a PE on another node, done
         # at once by its engine when that engine has a fast path (then True)
         self._remote = remote
+        # wakes(pe) after a put into PE pe's heap (``core._wake_words.WakeWords.wake``), or None
+        self._wakes = None if wakes is None else wakes.wake
         # each PE's heap as a char pointer, None where not mapped (the heap keeps the mappings)
         self._peers = [None if base is None else _ffi.cast("char *", base) for base in heap.bases]
         self._base = self._peers[heap.my_pe]
@@ -93,6 +95,8 @@ class DirectCopies:
             return self._remote is not None and self._remote(pe, known[4], local, to_peer)
         if to_peer:
             _ffi.memmove(self._peers[pe] + known[4], local, local.nbytes)
+            if self._wakes is not None:
+                self._wakes(pe)
         else:
             _ffi.memmove(local, self._peers[pe] + known[4], local.nbytes)
         return True
@@ -114,6 +118,8 @@ class DirectCopies:
             if theirs is None:
                 return self._remote is not None and self._remote(pe, known[4], local, True)
         theirs[...] = local
+        if self._wakes is not None:
+            self._wakes(pe)
         return True
 
     def get(self, dest, src, pe) -> bool:

@@ -20,12 +20,11 @@ import functools
 import heapq
 import itertools
 import threading
-import time
 
 import numpy as np
 
 from ..core._errors import PgasError
-from ..core._waiting import Wait, sleep_until
+from ..core._waiting import Naps, Wait, sleep_until
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
@@ -199,12 +198,12 @@ class Ibgda:
         woken, not every waiting thread at each completion. With the native NIC the thread
         progresses its worker itself (the answers' handlers write the CQEs), then backs off."""
         if queue.native is not None:
-            pause = [0.0]
+            naps = Naps(next_wait_pause)    # (the answers' handlers end a nap)
 
             def block(seconds):
+                naps.look()
                 if not queue.native.progress_until(queue.row, floor, WAIT_SPINS):
-                    time.sleep(min(pause[0], seconds))
-                    pause[0] = next_wait_pause(pause[0])
+                    naps.nap(seconds)
             sleep_until(fn, self.timeout, done, waiting_for, self.nic.check_alive, block, lambda: [queue.peer])
             return
 

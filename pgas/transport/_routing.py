@@ -41,10 +41,17 @@ _AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or"
 
 
 class Transports:
-    """How this PE reaches each PE; ``kinds[pe]`` is ``self``, ``p2p``, ``ibgda`` or ``proxy``."""
+    """How this PE reaches each PE; ``kinds[pe]`` is ``self``, ``p2p``, ``ibgda`` or ``proxy``.
+    ``wakes``: the PEs' wake words (``core._wake_words.WakeWords``; None: none): each write
+    into a heap mapped here is counted at its PE's, the remote target counts the writes it
+    applies to this PE's heap at this PE's, and the remote engines' answers at this PE's
+    word for answers."""
 
-    def __init__(self, boot, heap, timeout: float, on_nic_failure: Callable[[], None]):
+    def __init__(self, boot, heap, timeout: float, on_nic_failure: Callable[[], None], wakes=None):
         self.heap = heap
+        self.wakes = wakes
+        # (for native code: the target's writes, the answers' handlers)
+        self._wake = (0, 0) if wakes is None else (wakes.addresses[boot.my_pe], wakes.answers)
         self.my_pe = boot.my_pe
         self.timeout = timeout
         self.remote = [pe for pe in range(boot.n_pes) if not heap.reachable(pe)]
@@ -58,6 +65,8 @@ class Transports:
         self._fetches_lock = threading.Lock()
         self.registered: dict[int, tuple] = {}   # register_buffer: address -> (nbytes, array, region or None)
         self.nic = Nic(boot.comm, boot.my_pe, on_nic_failure)
+        if wakes is not None:
+            self.nic.on_written = functools.partial(wakes.wake, boot.my_pe)
         self.recent = RecentRegistrations(self.nic)     # local buffers' registrations, kept
         self.native_nic = False          # the NIC's WQEs executed by native code over UCX (below)
         self.native = None               # ... by this NicQueues, made on first use
@@ -123,7 +132,8 @@ class Transports:
                 name = "proxy"
         if name == "ucx" and name not in self.engines:
             try:
-                self.engines[name] = self._connected(Ucx(self.nic, self.heap_region, self.timeout), True)
+                self.engines[name] = self._connected(Ucx(self.nic, self.heap_region, self.timeout, *self._wake),
+                                                     True)
             except PgasError as e:      # no UCX in this MPI
                 sys.stderr.write(f"pgas (PE {self.my_pe}): the ucx engine cannot be set up here ({e}); "
                                  f"using the CPU proxy for PEs on other nodes\n")
@@ -162,7 +172,7 @@ class Transports:
         first of them), or None: PGAS_NIC_WIRE=mpi, or UCX cannot be loaded (the emulated
         NIC's thread then executes them over MPI)."""
         if self.native_nic and self.native is None:
-            self.native = NicQueues(self.nic, self.heap_region)
+            self.native = NicQueues(self.nic, self.heap_region, *self._wake)
         return self.native
 
     def close(self) -> None:
@@ -182,6 +192,8 @@ class Transports:
             self.nic.close()
         if self.gpu_path is not None:
             self.gpu_path.close(self.nic)       # after the NIC thread has stopped
+        if self.wakes is not None:
+            self.wakes.close()
         self.engines, self.engine, self.nic, self.gpu_path = {}, None, None, None
 
     def regions(self) -> list[dict]:
@@ -201,6 +213,11 @@ class Transports:
         if kind == "unreachable":      # the device's check says the same
             raise device_error("UNREACHABLE", fn, why=UNREACHABLE_WHY, a=pe)
         return kind in REMOTE_TRANSPORTS
+
+    def _written(self, pe: int) -> None:
+        """This thread wrote PE ``pe``'s heap (mapped here): wake whoever waits for a word of it."""
+        if self.wakes is not None:
+            self.wakes.wake(pe)
 
     def _raddr(self, pe: int, local: np.ndarray, fn: str, what: str) -> int:
         """The address of symmetric ``local``'s element 0 in PE ``pe``'s registered heap."""
@@ -249,6 +266,7 @@ class Transports:
             theirs = self.heap.view_on(pe, s, fn, "dest" if to_peer else "src")
             if to_peer:
                 np.copyto(theirs, o)
+                self._written(pe)
             else:
                 np.copyto(o, theirs)
             return
@@ -368,6 +386,7 @@ class Transports:
         """PE ``pe``'s ``word[0] = value``; on the NIC an inline write, complete at ``quiet``."""
         if not self.through_nic(fn, pe):
             self.heap.view_on(pe, word[:1], fn, what)[0] = value
+            self._written(pe)
             return
         item = word[:1]
         raddr = self._raddr(pe, item, fn, what)
@@ -398,7 +417,9 @@ class Transports:
         """Atomic ``op`` (one of _cpu_atomics.RMW_OPS) on PE ``pe``'s ``word[0]``; the old value
         when ``fetch`` (else, through the NIC, nothing: complete at ``quiet``)."""
         if not self.through_nic(fn, pe):
-            return _cpu_atomics.rmw(self.heap.view_on(pe, word[:1], fn, what), op, value, fn, what)
+            old = _cpu_atomics.rmw(self.heap.view_on(pe, word[:1], fn, what), op, value, fn, what)
+            self._written(pe)
+            return old
         _cpu_atomics.check_word(word, fn, what, op)
         if op == "add" and word.dtype in _cpu_atomics.FLOAT_DTYPES:
             return self._float_add(fn, pe, word, value, what)
@@ -420,7 +441,9 @@ class Transports:
 
     def compare_swap(self, fn: str, pe: int, word: np.ndarray, cond, value, what: str):
         if not self.through_nic(fn, pe):
-            return _cpu_atomics.compare_swap(self.heap.view_on(pe, word[:1], fn, what), cond, value, fn, what)
+            old = _cpu_atomics.compare_swap(self.heap.view_on(pe, word[:1], fn, what), cond, value, fn, what)
+            self._written(pe)
+            return old
         _cpu_atomics.check_word(word, fn, what, "cas")
         return self._atomic(fn, pe, word, proxy.AMO_CAS, value, cond, what, True)
 

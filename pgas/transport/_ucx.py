@@ -22,10 +22,9 @@ from numba import njit
 
 from ..core import _job
 from ..core._errors import PgasError, PgasTimeoutError
-from ..core._waiting import precise_sleeps
+from ..core._waiting import Naps, before_waiting, precise_sleeps
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
-from ..core._waiting import before_waiting
 from ..wire import _batch as batch, _native, _target as target, _ucp as ucp
 from ..wire import _cache as wire_cache, _worker as worker_loops
 from ..wire._worker import WAIT_SPINS, Worker, next_wait_pause
@@ -156,9 +155,11 @@ def first_unanswered(done, first, last):
 
 class Ucx:
     """The ring of requests of one PE and its UCX worker, reaching ``nic.peers`` (the NIC's
-    registrations name the heaps: raddr and rkey)."""
+    registrations name the heaps: raddr and rkey). ``wake``, ``answers``: the addresses of
+    this PE's wake words (``core._wake_words``; 0: none): the target counts its writes into
+    the heap at the first, the answers' handlers at the second."""
 
-    def __init__(self, nic: Nic, heap_region, timeout: float):
+    def __init__(self, nic: Nic, heap_region, timeout: float, wake: int = 0, answers: int = 0):
         self.nic = nic
         self.timeout = timeout
         wire_cache.drop_if_stale((post, free_slots, flush, first_unanswered, batch.stage, worker_loops.serve,
@@ -167,12 +168,12 @@ class Ucx:
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
         _, on_answer, _, on_get_received, _, on_answers, _ = target.callbacks()
         self._post, self._free_slots, self._flush, self._first_unanswered = post, free_slots, flush, first_unanswered
-        self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey)
+        self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey, wake)
         # the requester: the ring (its header, then its columns) and the request headers
         self.ring = np.zeros(target.RING_HEADER + target.COLUMNS * CAPACITY, np.int64)
         self._get_receive_params = ucp.request_params(0, on_get_received, self.ring)
-        self.ring[[target.R_CAPACITY, target.R_WORKER, target.R_RECEIVE_PARAMS, target.R_SELF]] = (
-            CAPACITY, self.worker.handle, self._get_receive_params.ctypes.data, self.ring.ctypes.data)
+        self.ring[[target.R_CAPACITY, target.R_WORKER, target.R_RECEIVE_PARAMS, target.R_SELF, target.R_WAKE]] = (
+            CAPACITY, self.worker.handle, self._get_receive_params.ctypes.data, self.ring.ctypes.data, answers)
         self.columns = self.ring[target.RING_HEADER:].reshape(target.COLUMNS, CAPACITY)
         self.headers = np.zeros((CAPACITY, target.REQUEST_WORDS), np.int64)
         # UCX picks eager or rendezvous by size (UCX_RNDV_THRESH)
@@ -285,17 +286,20 @@ class Ucx:
         if self.worker.progress_until(handle, waiters, mark, ticket + 1, WAIT_SPINS):
             return
         heartbeat = _job.Heartbeat(fn, time.monotonic(), lambda: pes)
-        pause = 0.0
-        while not self.worker.progress_until(handle, waiters, mark, ticket + 1, WAIT_SPINS):
+        naps = Naps(next_wait_pause)
+        while True:
+            naps.look()
+            if self.worker.progress_until(handle, waiters, mark, ticket + 1, WAIT_SPINS):
+                return
             now = time.monotonic()
             if now > deadline:
                 raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={self.timeout:g} s for {waiting_for}")
             if now >= heartbeat.due:
                 heartbeat.beat(now)
             # a back-off, not the worker's event descriptor: that one belongs to the progress
-            # thread (two threads arming it lost wake-ups between hosts)
-            time.sleep(pause)
-            pause = next_wait_pause(pause)
+            # thread (two threads arming it lost wake-ups between hosts); the answer's
+            # handlers end it early (they count at this PE's word for answers)
+            naps.nap()
 
     def wait(self, fn: str, ticket: int) -> int:
         """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""

@@ -29,6 +29,7 @@ import ctypes
 import numpy as np
 from numba import njit, types
 
+from ..core import _wake_words as wake_words
 from ..core._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from ..nic._queue_pair import SQ_DEPTH
@@ -44,10 +45,11 @@ DEPTH = SQ_DEPTH
 # requests whose data goes eagerly; a receive's ticket, the send side's lock, queues in use,
 # how many times CQEs were written, whether the progress thread is awake (it then sends
 # what a doorbell announces), whether a doorbell rang for it (or a fence was lifted), how
-# many queues' posters cannot ring (GPU threads: their rung words are polled)
+# many queues' posters cannot ring (GPU threads: their rung words are polled), the PE's
+# word for answers (``core._wake_words``: counted when they land; 0: none)
 G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS, G_PENDING, G_SEND_LOCK, G_QUEUES, G_COMPLETIONS, \
-    G_AWAKE, G_RUNG, G_POLLED = range(11)
-G_HEADER = 11                                    # a request being sent
+    G_AWAKE, G_RUNG, G_POLLED, G_WAKE = range(12)
+G_HEADER = 12                                    # a request being sent
 G_BATCH = G_HEADER + target.REQUEST_WORDS       # the requests being batched
 G_COUNT = G_BATCH + target.MAX_BATCH * target.REQUEST_WORDS    # how many
 GLOBAL_WORDS = G_COUNT + 1
@@ -472,6 +474,7 @@ def _register():
     ucp.load()
     target.atomics()
     window.symbols()
+    wake_words.functions()      # (registers ``pgas_wake``)
     ucp.register_symbol("nic_decode_wqes", ctypes.cast(decoder(), ctypes.c_void_p).value)
 
 
@@ -510,6 +513,7 @@ def _build():
                         return 0
                     syndrome = _INVALID if request < 0 else _from_buffer(table, f, length)
         land(table, ticket, syndrome, h[2])
+        target.wake_at(table[G_WAKE])
         return 0
 
     @cfunc(handler, nopython=True, cache=True)
@@ -519,6 +523,7 @@ def _build():
         answers = carray(header, (count, target.ANSWER_WORDS))
         for i in range(count):
             land(table, answers[i, 0], answers[i, 1], answers[i, 2])
+        target.wake_at(table[G_WAKE])
         return 0
 
     @cfunc(completion, nopython=True, cache=True)
@@ -529,6 +534,7 @@ def _build():
         ticket = table[G_PENDING]
         f = _flight(ticket >> TICKET_SHIFT, ticket & _START_MASK)
         land(table, ticket, _INVALID if status != 0 else _from_buffer(table, f, length), 0)
+        target.wake_at(table[G_WAKE])
 
     return on_answer, on_answers, on_get_received
 

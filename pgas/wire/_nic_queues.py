@@ -9,9 +9,9 @@ from ..core._errors import PgasError
 from ..core._waiting import precise_sleeps
 from ..nic import _mlx5 as mlx5
 from . import _batch as batch, _nic_code as code, _target as target, _ucp as ucp
-from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_POLLED, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_WORKER, G_QUEUES,
-                        DEPTH, MAX_QUEUES, Q_CQ, Q_CQES, Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ, Q_POLLED,
-                        Q_QPN, Q_RUNG, Q_SQ, TABLE_WORDS)
+from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_POLLED, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_WAKE, G_WORKER,
+                        G_QUEUES, DEPTH, MAX_QUEUES, Q_CQ, Q_CQES, Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ,
+                        Q_POLLED, Q_QPN, Q_RUNG, Q_SQ, TABLE_WORDS)
 from ._worker import Worker
 
 __all__ = ["NicQueues"]
@@ -22,9 +22,12 @@ class NicQueues:
     path's and the proxy's), on a UCX worker of its own that also serves this PE's heap to
     its peers. ``nic`` (``pgas.nic.Nic``) gives the peers, their heaps and the local keys;
     ``heap_region`` is this PE's heap as registered there. A heap in GPU memory (the cuda
-    backend: no ``view``) is refused to the peers until ``reach_heap`` gives its window."""
+    backend: no ``view``) is refused to the peers until ``reach_heap`` gives its window.
+    ``wake``, ``answers``: the addresses of this PE's wake words (``core._wake_words``; 0:
+    none): the target counts its writes into the heap at the first, the answers' handlers
+    at the second."""
 
-    def __init__(self, nic, heap_region):
+    def __init__(self, nic, heap_region, wake: int = 0, answers: int = 0):
         from . import _cache as wire_cache
         from ._worker import serve
         wire_cache.drop_if_stale((code.drain, code.ring, code.post_and_ring, code.land, code.progress_until,
@@ -35,15 +38,16 @@ class NicQueues:
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
         self._heap_region = heap_region
         self._target = target.serve_heap(self.worker, heap_region.base,
-                                         heap_region.size if heap_region.view is not None else 0, heap_region.rkey)
+                                         heap_region.size if heap_region.view is not None else 0, heap_region.rkey,
+                                         wake)
         self.table = np.zeros(TABLE_WORDS, np.int64)     # (untouched pages cost nothing)
         self._receive_params = ucp.request_params(0, on_get_received, self.table)
         self._send_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
         self._eager_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER
                                                 | ucp.AM_SEND_FLAG_EAGER)
-        self.table[[G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS]] = (
+        self.table[[G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS, G_WAKE]] = (
             self.worker.handle, self._receive_params.ctypes.data, self._send_params.ctypes.data,
-            self._eager_params.ctypes.data)
+            self._eager_params.ctypes.data, answers)
         self.worker.handle_messages(target.AM_ANSWER, on_answer, self.table.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWERS, on_answers, self.table.ctypes.data)
         self._wqes = np.zeros(DEPTH, mlx5.WQE_FIELDS)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, njit, types
 
+from ..core import _wake_words as wake_words
 from ..core._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from . import _native, _ucp as ucp, _window as window
@@ -31,8 +32,8 @@ from ._atomics import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_MLX5, AMO_OR, A
 
 __all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "AM_BATCH", "AM_ANSWERS", "MAX_BATCH",
            "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "EAGER_BYTES", "callbacks", "atomics",
-           "serve_heap", "reach_through", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND",
-           "AMO_OR", "AMO_XOR", "AMO_FETCH", "AMO_MLX5", "apply_atomic", "fence", "spin_lock", "spin_unlock"]
+           "serve_heap", "reach_through", "wake_at", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP",
+           "AMO_AND", "AMO_OR", "AMO_XOR", "AMO_FETCH", "AMO_MLX5", "apply_atomic", "fence", "spin_lock", "spin_unlock"]
 
 AM_REQUEST, AM_ANSWER, AM_BATCH, AM_ANSWERS = 0x50, 0x51, 0x52, 0x53
 REQUEST_WORDS, ANSWER_WORDS = 10, 3
@@ -52,10 +53,11 @@ EAGER_BYTES = 64 << 10
 # the parameters of rendezvous receives; the window through which the heap is reached (0:
 # host memory, loaded and stored), the parameters of answers whose data is in a buffer of
 # their own (freed when sent: large, eager); an answer header being written; a receive in
-# flight's user words.
+# flight's user words; the heap's wake word (``core._wake_words``; 0: none), counted after
+# each write that is applied.
 T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_UNANSWERED, T_WORKER, T_RECEIVE_PARAMS, T_EAGER_PARAMS, \
-    T_WINDOW, T_BUFFERED_PARAMS, T_BUFFERED_EAGER_PARAMS = range(12)
-T_ANSWER = 12
+    T_WINDOW, T_BUFFERED_PARAMS, T_BUFFERED_EAGER_PARAMS, T_WAKE = range(13)
+T_ANSWER = 13
 T_PENDING = T_ANSWER + ANSWER_WORDS
 T_ANSWERS = T_PENDING + REQUEST_USER_BYTES // 8     # a batch's answers being written
 TARGET_WORDS = T_ANSWERS + MAX_BATCH * ANSWER_WORDS
@@ -64,8 +66,9 @@ TARGET_WORDS = T_ANSWERS + MAX_BATCH * ANSWER_WORDS
 # request a post found in its way (``pgas.transport._ucx.post``: its ticket + 1); then one
 # row per column: a slot's done mark (its ticket + 1), fetched value, syndrome, where a get's
 # data lands, its operation, whether a thread waits for it, its PE, remote address and bytes.
-R_CAPACITY, R_WORKER, R_RECEIVE_PARAMS, R_SELF, R_PENDING, R_NEXT, R_FREED, R_BLOCKED = range(8)
-RING_HEADER = 8
+# (And the PE's word for answers, counted when they land: ``core._wake_words``; 0: none.)
+R_CAPACITY, R_WORKER, R_RECEIVE_PARAMS, R_SELF, R_PENDING, R_NEXT, R_FREED, R_BLOCKED, R_WAKE = range(9)
+RING_HEADER = 9
 # (the requester's own columns: who waits for the slot, and what the request was, for errors)
 C_DONE, C_RESULT, C_SYNDROME, C_LADDR, C_OP, C_WAITED, C_PE, C_RADDR, C_NBYTES = range(9)
 COLUMNS = 9
@@ -122,6 +125,14 @@ def _store(state, raddr, data, nbytes):
         _native.memcpy(raddr, data, nbytes)
         return 0
     return 0 if window.write(state[T_WINDOW], raddr, data, nbytes) else _UNREACHABLE
+
+
+@njit(nogil=True, cache=True)
+def wake_at(address):
+    """Count a write into a PE's heap, or answers landed for it, at its wake word at
+    ``address`` (``core._wake_words``; 0: none), waking the threads that sleep on it."""
+    if address != 0:
+        _native.wake(address)
 
 
 @njit(nogil=True, cache=True)
@@ -212,6 +223,7 @@ def _build_callbacks():
     ucp.load()
     atomics()
     window.symbols()
+    wake_words.functions()      # (registers ``pgas_wake``)
     handler, completion = HANDLER, COMPLETION
 
     @cfunc(handler, nopython=True, cache=True)
@@ -250,6 +262,8 @@ def _build_callbacks():
             answer_data, answer_length = raddr, nbytes
         else:
             syndrome, fetched = _atomic(h, raddr, nbytes, state[T_WINDOW])
+        if syndrome == 0 and op != GET:
+            wake_at(state[T_WAKE])
         _answer(state, param[1], h[H_TICKET], syndrome, fetched, answer_data, answer_length)
         return 0
 
@@ -280,6 +294,7 @@ def _build_callbacks():
                 syndrome, fetched = _atomic(h, raddr, nbytes, state[T_WINDOW])
             at = T_ANSWERS + i * ANSWER_WORDS
             state[at], state[at + 1], state[at + 2] = h[H_TICKET], syndrome, fetched
+        wake_at(state[T_WAKE])
         request = _native.ucp_am_send_nbx(param[1], AM_ANSWERS, state[T_SELF] + 8 * T_ANSWERS,
                                           8 * ANSWER_WORDS * count, 0, 0, state[T_ANSWER_PARAMS])
         if request > 0:
@@ -294,6 +309,8 @@ def _build_callbacks():
         _native.memcpy(state[T_SELF] + 8 * T_PENDING, request, REQUEST_USER_BYTES)
         _native.ucp_request_free(request)
         syndrome = _from_buffer(state, state[T_PENDING + 2], state[T_PENDING + 3], state[T_PENDING + 4], status)
+        if syndrome == 0:
+            wake_at(state[T_WAKE])
         _answer(state, state[T_PENDING + 1], state[T_PENDING], syndrome, 0, 0, 0)
 
     @cfunc(SENT, nopython=True, cache=True)
@@ -323,6 +340,7 @@ def _build_callbacks():
                 if request < 0:
                     syndrome = _INVALID
         _land(ring, capacity, ticket, syndrome, h[2])
+        wake_at(ring[R_WAKE])
         return 0
 
     @cfunc(handler, nopython=True, cache=True)
@@ -334,6 +352,7 @@ def _build_callbacks():
         answers = carray(header, (count, ANSWER_WORDS))
         for i in range(count):
             _land(ring, capacity, answers[i, 0], answers[i, 1], answers[i, 2])
+        wake_at(ring[R_WAKE])
         return 0
 
     @cfunc(completion, nopython=True, cache=True)
@@ -343,6 +362,7 @@ def _build_callbacks():
         _native.memcpy(ring[R_SELF] + 8 * R_PENDING, request, 8)
         _native.ucp_request_free(request)
         _land(ring, capacity, ring[R_PENDING], 0 if status == 0 else _INVALID, 0)
+        wake_at(ring[R_WAKE])
 
     return on_request, on_answer, on_put_received, on_get_received, on_batch, on_answers, on_buffer_sent
 
@@ -350,10 +370,11 @@ def _build_callbacks():
 callbacks = built_once(_build_callbacks)
 
 
-def serve_heap(worker, base: int, size: int, rkey: int) -> list:
+def serve_heap(worker, base: int, size: int, rkey: int, wake: int = 0) -> list:
     """Check and apply, in native code, the requests and batches that arrive at ``worker``
     (a ``_worker.Worker``, before it starts) for the heap [base, base + size) named by
-    ``rkey`` (``size`` 0: every request refused until ``reach_through``); what must stay
+    ``rkey`` (``size`` 0: every request refused until ``reach_through``), counting each
+    write at the heap's wake word at address ``wake`` (0: none); what must stay
     alive as long as the worker (the target's state, first, and its requests' parameters)."""
     on_request, _, on_put_received, _, on_batch, _, on_buffer_sent = callbacks()
     state = np.zeros(TARGET_WORDS, np.int64)
@@ -364,9 +385,9 @@ def serve_heap(worker, base: int, size: int, rkey: int) -> list:
     buffered_eager_params = ucp.request_params(ucp.AM_SEND_FLAG_COPY_HEADER | ucp.AM_SEND_FLAG_EAGER,
                                                on_buffer_sent, state)
     state[[T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_WORKER, T_RECEIVE_PARAMS, T_EAGER_PARAMS,
-           T_BUFFERED_PARAMS, T_BUFFERED_EAGER_PARAMS]] = (
+           T_BUFFERED_PARAMS, T_BUFFERED_EAGER_PARAMS, T_WAKE]] = (
         base, size, rkey, answer_params.ctypes.data, state.ctypes.data, worker.handle, receive_params.ctypes.data,
-        eager_params.ctypes.data, buffered_params.ctypes.data, buffered_eager_params.ctypes.data)
+        eager_params.ctypes.data, buffered_params.ctypes.data, buffered_eager_params.ctypes.data, wake)
     worker.handle_messages(AM_REQUEST, on_request, state.ctypes.data)
     worker.handle_messages(AM_BATCH, on_batch, state.ctypes.data)
     return [state, answer_params, eager_params, receive_params, buffered_params, buffered_eager_params]

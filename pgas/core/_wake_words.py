@@ -1,0 +1,156 @@
+"""Wake words: a thread waiting for a word of its PE's heap sleeps until someone writes the heap.
+
+Each PE's heap (simulator backend) holds a wake word at the same offset: a 32-bit count of
+the writes made into that heap, then the number of threads asleep on it. Whoever writes
+another PE's heap (a store, copy or atomic between mappings; the remote target that applies
+a peer's request) counts its write there (``wake``); if threads sleep on that word it wakes
+them (``FUTEX_WAKE``: one system call, only when someone sleeps). A waiting thread
+(``core._waiting.Wait``) reads the count before it checks its condition, then sleeps on the
+word (``FUTEX_WAIT`` on that count) for no longer than it would have slept anyway: a write
+that came meanwhile ends the sleep at once. A write nobody counted (a user's store through
+``ptr``) is seen when the sleep times out, as before there were wake words.
+
+Each PE also has a word of its own memory for the answers to its requests through the
+NIC: the answers' handlers count there, and a thread waiting for an answer sleeps on it.
+Two words, so that answers (to puts nobody waits for, say) do not wake a thread waiting
+for a flag, nor writes into the heap one waiting for an answer.
+
+The two functions are LLVM IR compiled by llvmlite: ``pgas_wake`` is also called by the
+remote target's native code (registered as a symbol for numba), ``pgas_sleep`` releases the
+interpreter lock (``CFUNCTYPE``) while it sleeps.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import platform
+
+import numpy as np
+
+from ._llvm import built_once, compile_ir
+
+__all__ = ["WAKE_BYTES", "WakeWords", "Sleeper", "functions", "natives", "supported"]
+
+WAKE_BYTES = 64             # the heap bytes kept for the wake word (a cache line of its own)
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "ppc64le": 221}.get(platform.machine().lower())
+# (elsewhere the code is built with an invalid number, which fails harmlessly, and unused:
+# ``supported`` is False, so nobody sleeps on a wake word and no wake makes a system call)
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1         # not FUTEX_PRIVATE: the heap is shared between processes
+
+_IR = """
+declare i64 @pgas_futex_syscall(i64, ...)
+
+define void @pgas_wake(i32* %word) {
+entry:
+  %count = atomicrmw add i32* %word, i32 1 seq_cst
+  %at = getelementptr i32, i32* %word, i64 1
+  %sleepers = load atomic i32, i32* %at monotonic, align 4
+  %any = icmp ne i32 %sleepers, 0
+  br i1 %any, label %wake, label %done
+wake:
+  %woken = call i64 (i64, ...) @pgas_futex_syscall(i64 FUTEX_SYS, i32* %word, i64 FUTEX_WAKE_OP, i64 2147483647)
+  br label %done
+done:
+  ret void
+}
+
+define i64 @pgas_sleep(i32* %word, i32 %seen, i64 %ns) {
+entry:
+  %timeout = alloca [2 x i64], align 8
+  %seconds = udiv i64 %ns, 1000000000
+  %rest = urem i64 %ns, 1000000000
+  %s = getelementptr [2 x i64], [2 x i64]* %timeout, i64 0, i64 0
+  store i64 %seconds, i64* %s
+  %n = getelementptr [2 x i64], [2 x i64]* %timeout, i64 0, i64 1
+  store i64 %rest, i64* %n
+  %at = getelementptr i32, i32* %word, i64 1
+  %before = atomicrmw add i32* %at, i32 1 seq_cst
+  %expected = zext i32 %seen to i64
+  %r = call i64 (i64, ...) @pgas_futex_syscall(i64 FUTEX_SYS, i32* %word, i64 FUTEX_WAIT_OP, i64 %expected,
+                                               [2 x i64]* %timeout)
+  %after = atomicrmw sub i32* %at, i32 1 seq_cst
+  ret i64 %r
+}
+
+define i32 @pgas_wake_count(i32* %word) {
+entry:
+  %v = load atomic i32, i32* %word acquire, align 4
+  ret i32 %v
+}
+"""
+
+
+def supported() -> bool:
+    """True where pgas knows the futex system call's number (else waits only sleep)."""
+    return _SYS_FUTEX is not None
+
+
+class _Compiled:
+    def __init__(self):
+        import llvmlite.binding as llvm
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        llvm.add_symbol("pgas_futex_syscall", ctypes.cast(libc.syscall, ctypes.c_void_p).value)
+        text = (_IR.replace("FUTEX_SYS", str(_SYS_FUTEX or -1)).replace("FUTEX_WAKE_OP", str(_FUTEX_WAKE))
+                .replace("FUTEX_WAIT_OP", str(_FUTEX_WAIT)))
+        self._engine = compile_ir(text)     # keeps the code alive
+        address = self._engine.get_function_address
+        self.wake_address = address("pgas_wake")
+        # a write's count and wake: the interpreter lock kept (a few instructions, and a
+        # system call only when someone sleeps; see _cpu_atomics on why)
+        self.wake = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(self.wake_address)
+        self.count = ctypes.PYFUNCTYPE(ctypes.c_uint32, ctypes.c_void_p)(address("pgas_wake_count"))
+        # a sleep lets the interpreter lock go (the simulated threads run meanwhile)
+        self.sleep = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int64)(
+            address("pgas_sleep"))
+        llvm.add_symbol("pgas_wake", self.wake_address)     # for native code (``_native.wake``)
+
+
+functions = built_once(_Compiled)
+
+
+def natives() -> dict:
+    """``wake`` as numba code calls it (``pgas.wire._native.wake(address)``), once ``functions()``
+    has registered it."""
+    from numba import types
+    return {"wake": types.ExternalFunction("pgas_wake", types.void(types.int64))}
+
+
+class WakeWords:
+    """The wake words of the PEs whose heaps are mapped here: ``wake(pe)`` after writing PE
+    ``pe``'s heap (``addresses[pe]``: its word here). ``bases``: each PE's heap address here
+    (None where not mapped), ``offset``: the wake word's heap offset. ``answers``: the
+    address of this PE's word for answers (in memory this object keeps)."""
+
+    def __init__(self, bases: list, offset: int):
+        self._functions = functions()
+        self.addresses = [None if base is None else base + offset for base in bases]
+        self._wake = self._functions.wake
+        self._answers = np.zeros(WAKE_BYTES // 4, np.uint32)
+        self.answers = self._answers.ctypes.data
+
+    def wake(self, pe: int) -> None:
+        """Count a write into PE ``pe``'s heap, and wake whoever sleeps on it."""
+        address = self.addresses[pe]
+        if address is not None:
+            self._wake(address)
+
+    def close(self) -> None:
+        """Forget the heaps (about to be unmapped)."""
+        self.addresses = [None] * len(self.addresses)
+
+
+class Sleeper:
+    """A waiting thread's side of one PE's wake word at ``address``."""
+
+    def __init__(self, address: int):
+        compiled = functions()
+        self.address = address
+        self._count, self._sleep = compiled.count, compiled.sleep
+
+    def count(self) -> int:
+        """The writes counted so far (read before the condition is checked)."""
+        return self._count(self.address)
+
+    def sleep(self, seen: int, seconds: float) -> None:
+        """Sleep up to ``seconds``, or until a write is counted after ``seen`` (at once if one was)."""
+        self._sleep(self.address, seen, int(seconds * 1e9))

@@ -1,0 +1,98 @@
+"""Wake words (pgas/core/_wake_words.py): a waiting thread sleeps on its PE's word and a
+write counted there ends the sleep; a wait (core._waiting.Wait) sleeps on it, and after a
+write that did not end the wait it sleeps once plainly. The PE checks (tests/pe/checks_wakes.py)
+show that every write path counts."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pgas.core import _waiting, _wake_words
+
+pytestmark = pytest.mark.skipif(not _wake_words.supported(), reason="no futex call number known for this CPU")
+
+LONG_S = 20.0       # a sleep that only a write ends within the test's time
+
+
+def _word():
+    memory = np.zeros(_wake_words.WAKE_BYTES // 4, np.uint32)
+    return memory, _wake_words.WakeWords([memory.ctypes.data], 0), _wake_words.Sleeper(memory.ctypes.data)
+
+
+def test_a_sleep_on_a_wake_word_ends_at_a_write_counted_there():
+    memory, words, sleeper = _word()
+    seen = sleeper.count()
+    writer = threading.Timer(0.2, words.wake, (0,))
+    writer.start()
+    started = time.monotonic()
+    sleeper.sleep(seen, LONG_S)
+    writer.join()
+    assert time.monotonic() - started < LONG_S / 2
+    assert sleeper.count() == seen + 1 and memory[1] == 0      # counted; nobody sleeps now
+
+
+def test_a_sleep_ends_at_once_when_a_write_came_after_the_count_was_read():
+    _, words, sleeper = _word()
+    seen = sleeper.count()
+    words.wake(0)
+    started = time.monotonic()
+    sleeper.sleep(seen, LONG_S)
+    assert time.monotonic() - started < LONG_S / 2
+
+
+def test_a_sleep_without_a_write_lasts_its_time():
+    _, _, sleeper = _word()
+    started = time.monotonic()
+    sleeper.sleep(sleeper.count(), 0.05)
+    assert time.monotonic() - started >= 0.04
+
+
+def test_a_wait_sleeps_until_a_write_then_once_plainly_after_one_that_did_not_end_it(monkeypatch):
+    memory, words, sleeper = _word()
+    answers = _word()
+    monkeypatch.setattr(_waiting, "_sleeper", sleeper)
+    monkeypatch.setattr(_waiting, "_answers", answers[2])
+    plain = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(_waiting.time, "sleep", lambda seconds: (plain.append(seconds), real_sleep(seconds)))
+    clock = _waiting.Wait("test", timeout=60.0, backoff_s=LONG_S)
+    clock._nap = LONG_S / 2             # (as if it had backed off that far: the next sleep is LONG_S)
+    writer = threading.Timer(0.2, words.wake, (0,))
+    writer.start()
+    started = time.monotonic()
+    clock.pause("a flag")               # ends at the write
+    writer.join()
+    assert time.monotonic() - started < LONG_S / 2 and plain == []
+    clock._sleep = 0.01
+    clock.pause("a flag")               # the write did not end the wait: a plain sleep now
+    assert plain == [0.01]
+    answers[1].wake(0)                  # answers do not end a wait for the heap's words
+    clock._nap = 0.1                    # (the next sleep on the word: 0.2 s)
+    started = time.monotonic()
+    clock.pause("a flag")
+    assert time.monotonic() - started >= 0.15 and len(plain) == 1
+
+
+def test_a_nap_for_an_answer_ends_when_answers_land_not_at_writes_into_the_heap(monkeypatch):
+    heap, answers = _word(), _word()
+    monkeypatch.setattr(_waiting, "_sleeper", heap[2])
+    monkeypatch.setattr(_waiting, "_answers", answers[2])
+    naps = _waiting.Naps(lambda pause: LONG_S)
+    naps.pause = 0.2
+    naps.look()
+    heap[1].wake(0)
+    started = time.monotonic()
+    naps.nap()
+    assert time.monotonic() - started >= 0.15 and naps.pause == LONG_S
+    naps.look()
+    landing = threading.Timer(0.2, answers[1].wake, (0,))
+    landing.start()
+    started = time.monotonic()
+    naps.nap()
+    landing.join()
+    assert time.monotonic() - started < LONG_S / 2
+    plain = []
+    monkeypatch.setattr(_waiting.time, "sleep", plain.append)
+    naps.nap(0.01)      # answers (not its own) ended the last one: a plain sleep now
+    assert plain == [0.01]
