@@ -1,5 +1,6 @@
 """Ping-pong between two PEs: a kernel's ``p`` answered by the peer's kernel, and a
-``signal_op`` answered from host code, beside MPI's ``Send``/``Recv`` of 8 bytes, in the same run.
+``signal_op`` and a ``put_nbi`` answered from host code, beside MPI's ``Send``/``Recv`` of 8
+bytes, in the same run.
 
     pgasrun -np 2 python -m pgas.bench pingpong
     pgasrun -np 2 --pes-per-node 1 python -m pgas.bench pingpong    # through the NIC (another node)
@@ -7,8 +8,9 @@
 Each round trip: PE 0 writes round ``i`` into PE 1's flag (``p``) and waits for its own
 flag to reach ``i`` (``signal_wait_until``); PE 1 waits for its flag, then writes ``i``
 back. The device form is one kernel of one thread on each PE (both waits are device
-waits); the host form calls ``pgas.signal_op`` (``SIGNAL_SET``) and
-``pgas.signal_wait_until``. Printed for each of ``--stretches`` stretches of ``--rounds``
+waits); the host forms call ``pgas.signal_op`` (``SIGNAL_SET``: complete on return, a
+round trip of its own to a PE on another node) or ``pgas.put_nbi`` of the round's number
+(complete later: the wait does not wait for it) and ``pgas.signal_wait_until``. Printed for each of ``--stretches`` stretches of ``--rounds``
 round trips: the mean round trip in microseconds and, in brackets, the median (a mean
 far above its median: a few round trips that stalled), and MPI's the same way.
 """
@@ -38,16 +40,24 @@ def _device_pingpong(flag, rounds, me, stamps):
         stamps[i] = time.perf_counter()
 
 
-def _host_pingpong(flag, rounds: int, me: int, stamps) -> None:
-    other = 1 - me
+def _host_pingpong(flag, rounds: int, me: int, stamps, nbi: bool) -> None:
+    other, number = 1 - me, np.zeros(1, np.uint64)
+
+    def send(i):
+        if nbi:
+            number[0] = i
+            pgas.put_nbi(flag, number, other)
+        else:
+            pgas.signal_op(flag, i, pgas.SIGNAL_SET, other)
     for i in range(1, rounds + 1):
         if me == 0:
-            pgas.signal_op(flag, i, pgas.SIGNAL_SET, other)
+            send(i)
             pgas.signal_wait_until(flag, pgas.CMP_GE, i)
         else:
             pgas.signal_wait_until(flag, pgas.CMP_GE, i)
-            pgas.signal_op(flag, i, pgas.SIGNAL_SET, other)
+            send(i)
         stamps[i] = time.perf_counter()
+    pgas.quiet()
 
 
 def _mpi_pingpong(comm, rounds: int, me: int, stamps) -> None:
@@ -98,7 +108,10 @@ def main(argv=None) -> None:
     _stretch_figures(device, flag, 1, 20)       # compiled and warm before it is timed
     figures = {"device p + signal_wait_until": _stretch_figures(device, flag, args.stretches, args.rounds),
                "host signal_op + signal_wait_until": _stretch_figures(
-                   lambda stamps: _host_pingpong(flag, stamps.size - 1, me, stamps), flag, args.stretches,
+                   lambda stamps: _host_pingpong(flag, stamps.size - 1, me, stamps, False), flag, args.stretches,
+                   args.rounds),
+               "host put_nbi + signal_wait_until": _stretch_figures(
+                   lambda stamps: _host_pingpong(flag, stamps.size - 1, me, stamps, True), flag, args.stretches,
                    args.rounds),
                "MPI Send + Recv, 8 B": _stretch_figures(
                    lambda stamps: _mpi_pingpong(comm, stamps.size - 1, me, stamps), None, args.stretches,
