@@ -96,3 +96,15 @@ def test_a_nap_for_an_answer_ends_when_answers_land_not_at_writes_into_the_heap(
     monkeypatch.setattr(_waiting.time, "sleep", plain.append)
     naps.nap(0.01)      # answers (not its own) ended the last one: a plain sleep now
     assert plain == [0.01]
+
+
+def test_the_sleeps_of_a_wait_on_the_wake_word_start_at_its_first_nap_and_double_to_its_back_off(monkeypatch):
+    _, _, sleeper = _word()
+    naps = []
+    monkeypatch.setattr(sleeper, "sleep", lambda seen, seconds: naps.append(seconds))
+    monkeypatch.setattr(_waiting, "_sleeper", sleeper)
+    monkeypatch.setattr(_waiting, "_first_nap_s", _waiting.LONG_FIRST_NAP_S)
+    clock = _waiting.Wait("test", timeout=60.0, backoff_s=100e-6)
+    for _ in range(5):
+        clock.pause("a flag")
+    assert naps == [30e-6, 60e-6, 100e-6, 100e-6, 100e-6]

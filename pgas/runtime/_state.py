@@ -7,8 +7,8 @@ import numpy as np
 
 from ..core._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
 from ..core._env import shown
-from ..core._wake_words import WAKE_BYTES, supported as wake_words_supported
 from ..core._errors import PgasConfigError, PgasError, PgasValueError
+from ..core._wake_words import WAKE_BYTES, supported as wake_words_supported
 from ..transport._direct import DirectCopies
 from ..transport._routing import Transports
 from ._allocator import HeapAllocator
