@@ -10,7 +10,9 @@ BENCHMARKS = {"put_bw": "host put bandwidth to a peer vs a local copy (2 PEs)",
               "allreduce": "all-reduce bandwidth per algorithm vs mpi4py Allreduce (2+ PEs)",
               "nic_load": "load test of the remote path: many threads, small puts and atomics, checksums",
               "remote": "8-byte put and fetch-add latency and rate through the NIC vs MPI RMA (2 PEs)",
-              "pingpong": "round trips: device p, host signal_op, each + signal_wait_until, vs MPI Send/Recv (2 PEs)",
+              "pingpong": "round trips: device p, host signal_op and put_nbi, each + signal_wait_until, vs MPI "
+                          "Send/Recv (2 PEs)",
+              "idle": "CPU an idle PE uses: its runtime threads, and a host thread waiting for a flag (2+ PEs)",
               "compile": "time to compile kernels calling pgas.device for sm_90, beside a plain kernel (no GPU)",
               "checker": "whole runs of the examples and a collective workload with and without PGAS_CHECK=1"}
 
