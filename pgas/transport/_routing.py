@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
+from cffi import FFI
 
 from ..core import _cpu_atomics
 from ..core._device_errors import UNREACHABLE_WHY, device_error
@@ -36,6 +37,7 @@ __all__ = ["Transports", "REMOTE_TRANSPORTS"]
 REMOTE_TRANSPORTS = ("ibgda", "proxy", "ucx")   # the first two drive the emulated NIC (docs/transports.md)
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}    # an element's bits, by its size
 _MAX_FETCHES = 32      # posted fetching atomics whose answers wait for quiet, at most
+_ffi = FFI()
 _AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or": proxy.AMO_OR,
         "xor": proxy.AMO_XOR}
 
@@ -230,6 +232,10 @@ class Transports:
         while the request lasts (``self.recent.release`` it then) and kept for the next."""
         address = data.__array_interface__["data"][0]
         span = (data.size - 1) * data.strides[0] + data.itemsize if data.size else 0
+        return self._local_key_at(address, span)
+
+    def _local_key_at(self, address: int, span: int):
+        """``local_key`` of the ``span`` bytes at ``address``."""
         if self.heap_region.slice(address, span) is not None:
             return self.heap_region.lkey, None
         for _, _, region in self.registered.values():     # buffers the user registered
@@ -357,11 +363,12 @@ class Transports:
         if kind not in REMOTE_TRANSPORTS or local.nbytes > mlx5.MAX_MESSAGE:
             return False
         fn = "pgas.put" if to_peer else "pgas.get"
-        raddr, laddr = self.nic.remote[pe].base + offset, local.__array_interface__["data"][0]
+        # (the address through cffi: half the time of numpy's __array_interface__, ~1 us)
+        raddr, laddr = self.nic.remote[pe].base + offset, int(_ffi.cast("intptr_t", _ffi.from_buffer(local)))
         if kind == "ucx":
             self.engine.copy_now(fn, pe, raddr, laddr, local.nbytes, to_peer)
             return True
-        lkey, temporary = self.local_key(local)
+        lkey, temporary = self._local_key_at(laddr, local.nbytes)
         try:
             self.engine.wait(fn, self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe, raddr, laddr=laddr,
                                                     lkey=lkey, nbytes=local.nbytes))
