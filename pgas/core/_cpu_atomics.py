@@ -14,6 +14,7 @@ import platform
 
 import numpy as np
 
+from ._address import address_of
 from ._errors import PgasValueError
 from ._llvm import built_once, compile_ir
 from ._reductions import BITWISE_OPS  # integers only here
@@ -121,7 +122,7 @@ def _checked(arr: np.ndarray, fn: str, what: str, allowed=ORDERED_DTYPES):
     _check_dtype(arr.dtype, fn, what, allowed)
     if arr.size == 0:
         raise PgasValueError(f"{fn}: {what} is empty; it needs at least one element")
-    return arr.__array_interface__["data"][0]
+    return address_of(arr)
 
 
 def load_acquire(arr: np.ndarray, fn: str, what: str):

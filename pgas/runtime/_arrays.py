@@ -2,10 +2,9 @@
 (to place it in a symmetric heap, or to tell whether two arrays overlap)."""
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
+from ..core._address import address_of
 from ..core._backend import backend_name
 from ..core._errors import PgasValueError
 
@@ -72,21 +71,11 @@ def _byte_bounds(address: int, shape: tuple, strides: tuple, itemsize: int) -> t
     return low, high + itemsize
 
 
-def _address(arr: np.ndarray) -> int:
-    """The address of ``arr``'s element 0: for a writable C-contiguous array through ctypes
-    (a fifth of the time ``__array_interface__`` takes to build its dict: device calls
-    to other nodes pay it twice per call)."""
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(arr))
-    except (TypeError, ValueError, BufferError):    # strided, read-only or empty
-        return arr.__array_interface__["data"][0]
-
-
 def array_span(arr, fn: str, what: str) -> tuple[int, tuple, tuple, int]:
     """(address, shape, strides, itemsize) of a numpy array or of any array with
     ``__cuda_array_interface__``."""
     if isinstance(arr, np.ndarray):
-        return _address(arr), arr.shape, arr.strides, arr.itemsize
+        return address_of(arr), arr.shape, arr.strides, arr.itemsize
     desc = getattr(arr, "__cuda_array_interface__", None)
     if desc is None:
         raise PgasValueError(f"{fn}: {what} must be an array (a symmetric array from pgas.empty/zeros/full "

@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
-from cffi import FFI
 
 from ..core import _cpu_atomics
+from ..core._address import address_of
 from ..core._device_errors import UNREACHABLE_WHY, device_error
 from ..core._env import setting
 from ..core._errors import PgasError, PgasTimeoutError
@@ -37,7 +37,6 @@ __all__ = ["Transports", "REMOTE_TRANSPORTS"]
 REMOTE_TRANSPORTS = ("ibgda", "proxy", "ucx")   # the first two drive the emulated NIC (docs/transports.md)
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}    # an element's bits, by its size
 _MAX_FETCHES = 32      # posted fetching atomics whose answers wait for quiet, at most
-_ffi = FFI()
 _AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or": proxy.AMO_OR,
         "xor": proxy.AMO_XOR}
 
@@ -230,9 +229,8 @@ class Transports:
         strided) that the NIC reads or writes: the heap's own key, that of a buffer the user
         registered (``pgas.register_buffer``), or a registration of just their span, used
         while the request lasts (``self.recent.release`` it then) and kept for the next."""
-        address = data.__array_interface__["data"][0]
         span = (data.size - 1) * data.strides[0] + data.itemsize if data.size else 0
-        return self._local_key_at(address, span)
+        return self._local_key_at(address_of(data), span)
 
     def _local_key_at(self, address: int, span: int):
         """``local_key`` of the ``span`` bytes at ``address``."""
@@ -293,8 +291,8 @@ class Transports:
         kept = tickets is not None and not blocking
         waited = [kept or blocking and (contiguous or index == len(pieces) - 1) for index in range(len(pieces))]
         what = "dest" if to_peer else "src"
-        posted = self._post_copies(fn, pe, to_peer, [(self._raddr(pe, theirs, fn, what), mine.__array_interface__[
-            "data"][0], mine.nbytes) for theirs, mine in pieces], lkey, waited, lane)
+        posted = self._post_copies(fn, pe, to_peer, [(self._raddr(pe, theirs, fn, what), address_of(mine), mine.nbytes)
+                                                     for theirs, mine in pieces], lkey, waited, lane)
         if kept:
             tickets.extend((self.engine, ticket) for ticket in posted)
         if blocking:
@@ -363,8 +361,7 @@ class Transports:
         if kind not in REMOTE_TRANSPORTS or local.nbytes > mlx5.MAX_MESSAGE:
             return False
         fn = "pgas.put" if to_peer else "pgas.get"
-        # (the address through cffi: half the time of numpy's __array_interface__, ~1 us)
-        raddr, laddr = self.nic.remote[pe].base + offset, int(_ffi.cast("intptr_t", _ffi.from_buffer(local)))
+        raddr, laddr = self.nic.remote[pe].base + offset, address_of(local)
         if kind == "ucx":
             self.engine.copy_now(fn, pe, raddr, laddr, local.nbytes, to_peer)
             return True
