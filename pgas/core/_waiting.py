@@ -47,34 +47,52 @@ def sleep_on(heap, answers, first_nap_s: float = SHORT_FIRST_NAP_S) -> None:
     _sleeper, _answers, _first_nap_s = heap, answers, first_nap_s
 
 
+class _OnWord:
+    """One wait's sleeps on a wake word (a ``_wake_words.Sleeper``): ``look()`` before each
+    check of what is waited for; ``sleep(seconds, plain)`` then sleeps until the word counts
+    past that look (at most ``seconds``). After a sleep that a count ended (the caller
+    sleeps again: the count was someone else's), or for no time, it sleeps ``plain`` seconds
+    without the word, so that a stream of counts for others does not keep the waiter awake
+    (many threads waiting at once would otherwise all wake at each)."""
+
+    def __init__(self, word):
+        self.word, self.seen, self.woken = word, 0, False
+
+    def look(self) -> None:
+        self.seen = self.word.count()
+
+    def sleep(self, seconds: float, plain: float) -> None:
+        if self.woken or seconds <= 0:
+            time.sleep(plain)
+            self.woken = False
+        else:
+            self.word.sleep(self.seen, seconds)
+            self.woken = self.word.count() != self.seen
+
+
 class Naps:
     """The back-off of a thread waiting for the answer to its request through the NIC:
     ``look()`` before it checks whether the answer has come, ``nap()`` if not. The naps grow
     by ``next_pause`` (from 0) and end early when answers land for this PE (its word for
-    them); after a nap that answers for others ended, the next is a plain sleep, as
-    ``Wait``'s (many threads waiting at once would otherwise all wake at each answer)."""
+    them: ``_OnWord``)."""
 
     def __init__(self, next_pause):
         self.pause = 0.0
         self._next_pause = next_pause
-        self._answers = _answers
-        self._seen = 0
-        self._woken = False
+        self._answers = None if _answers is None else _OnWord(_answers)
 
     def look(self) -> None:
         """Before checking: the answers counted so far."""
         if self._answers is not None:
-            self._seen = self._answers.count()
+            self._answers.look()
 
     def nap(self, longest: float = float("inf")) -> None:
         """Sleep the current pause (at most ``longest``), or until answers land; then grow it."""
-        seconds, answers = min(self.pause, longest), self._answers
-        if answers is None or seconds <= 0 or self._woken:
+        seconds = min(self.pause, longest)
+        if self._answers is None:
             time.sleep(seconds)
-            self._woken = False
         else:
-            answers.sleep(self._seen, seconds)
-            self._woken = answers.count() != self._seen
+            self._answers.sleep(seconds, seconds)
         self.pause = self._next_pause(self.pause)
 
 
@@ -112,8 +130,8 @@ class Wait:
     Where this PE has a wake word (``sleep_on``), a sleep ends early when someone writes
     this PE's heap (``_wake_words``): a wait for a word another PE writes then takes the
     time of the write and a wake-up, not the rest of a sleep. A sleep ended by a write
-    that did not end the wait (the caller pauses again) is followed by one plain sleep, so
-    that a stream of writes into this heap for others does not keep the waiter awake.
+    that did not end the wait (the caller pauses again) is followed by one plain sleep
+    (``_OnWord``).
     """
 
     def __init__(self, fn: str, timeout: float, spin_s: float = 0.0, backoff_s: float = 0.0, waits_for=None):
@@ -127,9 +145,9 @@ class Wait:
         self.spin_until = now + spin_s
         self.backoff_s = backoff_s      # > 0: sleeps grow from a yield up to this long
         self._sleep = 0.0
-        self._sleeper = _sleeper
-        self._seen = _sleeper.count() if _sleeper is not None else 0     # before the caller's first check
-        self._woken = False             # the last sleep ended at a write (and the wait goes on)
+        self._heap = None if _sleeper is None else _OnWord(_sleeper)
+        if self._heap is not None:
+            self._heap.look()           # before the caller's first check
         self._nap = 0.0                 # the last sleep on the wake word
 
     def pause(self, waiting_for) -> None:
@@ -143,16 +161,15 @@ class Wait:
         if now >= self.heartbeat.due:
             self.heartbeat.beat(now)
         # let whoever we wait for run (a simulated thread, or a peer on this core)
-        sleeper = self._sleeper
-        if sleeper is not None and self.backoff_s and not self._woken:
-            self._nap = min(2 * self._nap, self.backoff_s) if self._nap else min(_first_nap_s, self.backoff_s)
-            sleeper.sleep(self._seen, self._nap)
-            self._woken = sleeper.count() != self._seen
+        heap = self._heap
+        if heap is not None and self.backoff_s:
+            if not heap.woken:          # (the sleeps on the word grow; a plain one uses _sleep)
+                self._nap = min(2 * self._nap, self.backoff_s) if self._nap else min(_first_nap_s, self.backoff_s)
+            heap.sleep(self._nap, self._sleep)
         else:
             time.sleep(self._sleep)
-            self._woken = False
-        if sleeper is not None:
-            self._seen = sleeper.count()     # read before the caller checks again
+        if heap is not None:
+            heap.look()                 # before the caller checks again
         if self.backoff_s:       # many waiters (simulated threads) must not starve the one they wait for
             self._sleep = min(self._sleep * 2 + 1e-6, self.backoff_s)
 

@@ -122,9 +122,8 @@ class WakeWords:
     address of this PE's word for answers (in memory this object keeps)."""
 
     def __init__(self, bases: list, offset: int):
-        self._functions = functions()
         self.addresses = [None if base is None else base + offset for base in bases]
-        self._wake = self._functions.wake
+        self._wake = functions().wake
         self._answers = np.zeros(WAKE_BYTES // 4, np.uint32)
         self.answers = self._answers.ctypes.data
 
