@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,15 @@ def skip_without_remote_transport() -> None:
                     "none yet (they are unreachable there, docs/transports.md); runs on the simulator backend")
 
 
+def pytest_runtest_logreport(report):
+    """With PGAS_FAILURES_TO set, each failure's report is appended to that file as it
+    happens (the GPU run keeps them even if its time runs out before pytest's summary)."""
+    path = os.environ.get("PGAS_FAILURES_TO")
+    if path and report.failed:
+        with open(path, "a") as failures:
+            failures.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
+
+
 def pytest_collection_modifyitems(config, items):
     gpu_tests = [item for item in items if "gpu" in item.keywords]
     if gpu_tests and not gpu_run():
@@ -104,6 +114,14 @@ def check_names(module: str) -> list[str]:
     tree = ast.parse((PE_DIR / f"{module}.py").read_text())
     return [node.name for node in tree.body
             if isinstance(node, ast.FunctionDef) and node.name.startswith("check_")]
+
+
+def in_jobs(cases, ids, job_of) -> list:
+    """``cases`` as pytest parameters with their ``ids``, each marked with its job
+    (``job_of(*case)``): under pytest-xdist's ``--dist loadgroup`` (the GPU run) a job's checks
+    stay on one worker, where they share one run (``pe_suite``)."""
+    return [pytest.param(*case, id=case_id, marks=pytest.mark.xdist_group(repr(job_of(*case))))
+            for case, case_id in zip(cases, ids)]
 
 
 _suite_results: dict[tuple, dict] = {}
@@ -176,10 +194,29 @@ def shm_files() -> set[str]:
     return set(glob.glob("/dev/shm/pgas-*")) | set(glob.glob("/dev/shm/mpich_shm_*"))
 
 
+def in_use(path: str) -> bool:
+    """True if some process maps ``path`` or holds it open."""
+    for proc in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(f"{proc}/maps") as maps:
+                if path in maps.read():
+                    return True
+            if any(os.readlink(fd) == path for fd in glob.glob(f"{proc}/fd/*")):
+                return True
+        except OSError:
+            continue     # gone, or not ours to read
+    return False
+
+
 @pytest.fixture
 def clean_shm():
-    """Fails the test if it leaves pgas or MPICH files in /dev/shm."""
+    """Fails the test if it leaves pgas or MPICH files in /dev/shm. Under pytest-xdist (the
+    GPU run, docs/gpu.md) other workers' jobs make and remove such files all the while: there
+    a file counts as left only if it is still there a second later and no process uses it."""
     before = shm_files()
     yield
     left = shm_files() - before
+    if left and os.environ.get("PYTEST_XDIST_WORKER"):
+        time.sleep(1)
+        left = {path for path in left & shm_files() if not in_use(path)}
     assert not left, f"left in /dev/shm: {sorted(left)}"

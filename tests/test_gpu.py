@@ -8,7 +8,7 @@ the cuda backend has. Several PEs share one GPU when the machine has one.
 """
 import pytest
 
-from conftest import assert_check_passed, check_names, pgasrun
+from conftest import assert_check_passed, check_names, in_jobs, pgasrun
 
 CUDA = {"PGAS_BACKEND": "cuda"}
 GPU_CASES = [(n, name) for n in (2, 4) for name in check_names("checks_gpu")]
@@ -17,7 +17,7 @@ EXAMPLES = [("shift.py", "PE 3 received 2"), ("ring.py", "the message came back 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n,name", GPU_CASES, ids=[f"{n}pe-{c}" for n, c in GPU_CASES])
+@pytest.mark.parametrize("n,name", in_jobs(GPU_CASES, [f"{n}pe-{c}" for n, c in GPU_CASES], lambda n, c: n))
 def test_cuda_backend(n, name):
     assert_check_passed("checks_gpu", n, name, env=CUDA)
 
@@ -35,6 +35,7 @@ def test_put_bandwidth_benchmark_runs():
     proc = pgasrun(2, "python", "-m", "pgas.bench", "put_bw", env=CUDA, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "64 MiB" in proc.stdout
+    print(proc.stdout)     # the figures, for the GPU run's log (pytest -rP)
 
 
 ACROSS_NODES = r"""

@@ -3,7 +3,7 @@ again across emulated nodes, where PEs on other nodes are reached through the NI
 GPU-initiated path and the CPU proxy, both through the emulated NIC, and the ucx engine)."""
 import pytest
 
-from conftest import assert_check_passed, check_names, transport_env
+from conftest import assert_check_passed, check_names, in_jobs, transport_env
 
 ALL_COUNTS = [1, 2, 4]     # an odd count runs across nodes (3 PEs, one per node) for each of them
 MULTI_PE = [2, 3, 4]
@@ -66,13 +66,15 @@ def together(module: str, n: int, transport=None, per_node=None) -> list:
     return JOBS[job(module, n, transport, per_node)]
 
 
-@pytest.mark.parametrize("module,n,name", CASES, ids=[f"{m}-{n}pe-{c}" for m, n, c in CASES])
+@pytest.mark.parametrize("module,n,name", in_jobs(CASES, [f"{m}-{n}pe-{c}" for m, n, c in CASES],
+                                                 lambda m, n, c: job(m, n)))
 def test_on_pes(module, n, name):
     assert_check_passed(module, n, name, env=MODULES[module][1], together=together(module, n))
 
 
-@pytest.mark.parametrize("transport,module,n,per_node,name", REMOTE_CASES,
-                         ids=[f"{t}-{m}-{n}pe-{k}per-node-{c}" for t, m, n, k, c in REMOTE_CASES])
+@pytest.mark.parametrize("transport,module,n,per_node,name",
+                         in_jobs(REMOTE_CASES, [f"{t}-{m}-{n}pe-{k}per-node-{c}" for t, m, n, k, c in REMOTE_CASES],
+                                 lambda t, m, n, k, c: job(m, n, t, k)))
 def test_across_nodes(transport, module, n, per_node, name):
     assert_check_passed(module, n, name, options=("--pes-per-node", str(per_node)),
                         env={**MODULES[module][1], **transport_env(transport)},
