@@ -77,10 +77,11 @@ def skip_without_remote_transport() -> None:
 
 
 def pytest_runtest_logreport(report):
-    """With PGAS_FAILURES_TO set, each failure's report is appended to that file as it
-    happens (the GPU run keeps them even if its time runs out before pytest's summary)."""
-    path = os.environ.get("PGAS_FAILURES_TO")
-    if path and report.failed:
+    """With TESTS_FAILURES_TO set, each failure's report is appended to that file as it
+    happens (the GPU run keeps them even if its time runs out before pytest's summary); under
+    pytest-xdist by the controller, which hears every worker's reports."""
+    path = os.environ.get("TESTS_FAILURES_TO")
+    if path and report.failed and not os.environ.get("PYTEST_XDIST_WORKER"):
         with open(path, "a") as failures:
             failures.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 
