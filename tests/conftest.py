@@ -67,13 +67,15 @@ def backend_in_use() -> str:
     return "cuda" if _compiler_probe[0] else "simulator"
 
 
-def skip_without_remote_transport() -> None:
-    """Skip the calling test on the cuda backend: it needs a transport between PEs on
-    different (emulated) nodes, and only the simulator has one so far (the emulated NIC);
-    on cuda such PEs are unreachable (docs/transports.md, "The cuda backend")."""
+CUDA_TRANSPORTS = ("ibgda",)     # the cuda backend's way to other nodes (docs/transports.md, "The cuda backend")
+NOT_ON_CUDA = ("the cuda backend reaches other nodes only through ibgda (docs/transports.md, \"The cuda "
+               "backend\"); this transport runs on the simulator backend")
+
+
+def skip_on_cuda(reason: str) -> None:
+    """Skip the calling test on the cuda backend, saying why."""
     if backend_in_use() == "cuda":
-        pytest.skip("needs a transport between PEs on different (emulated) nodes: the cuda backend has "
-                    "none yet (they are unreachable there, docs/transports.md); runs on the simulator backend")
+        pytest.skip(reason)
 
 
 def pytest_runtest_logreport(report):
@@ -92,6 +94,12 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a usable NVIDIA GPU and PGAS_BACKEND=cuda (see docs/gpu.md)")
         for item in gpu_tests:
             item.add_marker(skip)
+    # a test of a transport the cuda backend lacks (its parameter "transport": "proxy", "ucx+mpi", ...)
+    if backend_in_use() == "cuda":
+        for item in items:
+            transport = getattr(item, "callspec", None) and item.callspec.params.get("transport")
+            if transport and transport.partition("+")[0] not in CUDA_TRANSPORTS:
+                item.add_marker(pytest.mark.skip(reason=NOT_ON_CUDA))
 
 
 def pgasrun(n: int, *command: str, options=(), env=None, timeout: float = 240, stdin=subprocess.DEVNULL,

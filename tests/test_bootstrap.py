@@ -6,8 +6,7 @@ import time
 
 import pytest
 
-from conftest import (ROOT, backend_in_use, gpu_usable_here, pe_lines, pgasrun, pe_env,
-                      skip_without_remote_transport)
+from conftest import ROOT, backend_in_use, gpu_usable_here, pe_lines, pgasrun, pe_env
 
 
 def run_script(tmp_path, n, text, options=(), env=None):
@@ -93,7 +92,6 @@ print("ok")
 @pytest.mark.parametrize("how,per_node", [
     (["--pes-per-node", "2"], 2), ("PGAS_PES_PER_NODE=1", 1), ("PGAS_DISABLE_P2P=1", 1)])
 def test_emulated_nodes_reach_each_other_only_through_the_nic(tmp_path, clean_shm, how, per_node):
-    skip_without_remote_transport()     # every case puts to PEs on another emulated node
     options, env = (how, {}) if isinstance(how, list) else ((), dict([how.split("=")]))
     proc = run_script(tmp_path, 4, EMULATED_NODES.format(per_node=per_node), options=options, env=env)
     assert proc.returncode == 0, proc.stderr

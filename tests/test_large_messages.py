@@ -9,7 +9,7 @@ carry rather than truncate it.
 import pytest
 
 import pgas
-from conftest import pgasrun, skip_without_remote_transport
+from conftest import pgasrun
 from pgas.nic import _mlx5 as mlx5
 
 # Every byte is checked against a pattern of period 251 (a prime), which no 1 GiB piece
@@ -118,7 +118,6 @@ pgas.finalize()
                               "ucx-6000B", "ucx-nbi-64MiB"])
 def test_a_put_and_a_get_above_2_gib_arrive_whole_across_nodes(tmp_path, clean_shm, transport, in_kernels, nbi,
                                                                nbytes):
-    skip_without_remote_transport()
     script = tmp_path / "large.py"
     script.write_text(LARGE)
     proc = pgasrun(2, "python", str(script), str(nbytes), "1" if in_kernels else "0", "1" if nbi else "0",
@@ -181,7 +180,6 @@ pgas.finalize()
 
 @pytest.mark.parametrize("transport", ["ibgda", "proxy"])
 def test_strided_copies_whose_elements_lie_beyond_4_gib_arrive_where_they_belong(tmp_path, clean_shm, transport):
-    skip_without_remote_transport()
     script = tmp_path / "strided.py"
     script.write_text(STRIDED)
     proc = pgasrun(2, "python", str(script), options=("--pes-per-node", "1"), timeout=300,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pgas.launcher._pgasrun import _descendants
-from conftest import PGASRUN, ROOT, pe_env, pe_lines, pgasrun, skip_without_remote_transport
+from conftest import PGASRUN, ROOT, pe_env, pe_lines, pgasrun
 
 FAILING = """
 import os, sys, time
@@ -81,7 +81,6 @@ pgas.finalize()
 def test_a_stopped_pe_is_named_as_where_the_waits_lead(tmp_path, clean_shm):
     # It used to end blaming only the PE that timed out first ("waited for PE 0 to release
     # the barrier"), PE 3 named nowhere.
-    skip_without_remote_transport()
     script = tmp_path / "stopped.py"
     script.write_text(STOPPED)
     proc = pgasrun(4, "python", str(script), options=["--pes-per-node", "2"], env={"PGAS_TIMEOUT": "4"})

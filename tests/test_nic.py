@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from conftest import pe_lines, pgasrun, transport_env
+from conftest import NOT_ON_CUDA, pe_lines, pgasrun, skip_on_cuda, transport_env
 from pgas.nic import _mlx5 as mlx5
 from pgas.transport import _proxy as proxy
 from pgas.nic._target import apply_atomic
@@ -396,6 +396,7 @@ print("ok")
 
 
 def test_where_ibgda_cannot_be_set_up_pgas_says_so_once_and_uses_the_proxy(tmp_path, clean_shm):
+    skip_on_cuda(NOT_ON_CUDA)     # the proxy it falls back to is the simulator's
     script = tmp_path / "fallback.py"
     script.write_text(FALLBACK)
     proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"])
@@ -434,6 +435,7 @@ print("ok")
 def test_where_ucx_cannot_be_loaded_pgas_says_so_once_and_uses_the_proxy(tmp_path, clean_shm):
     """The fallback wire: the ucx engine asked for, UCX missing; the proxy (and the emulated
     NIC's thread, which ucx never starts) carries everything."""
+    skip_on_cuda(NOT_ON_CUDA)     # the proxy it falls back to is the simulator's
     script = tmp_path / "ucx_fallback.py"
     script.write_text(UCX_FALLBACK)
     proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1", "--tag-output"],

@@ -77,6 +77,6 @@ def test_a_device_wait_sleeps_growing_to_its_longest_pause(tmp_path, clean_shm):
     on the PE's wake word (the flag is set here without being counted, so no write ends them)."""
     script = tmp_path / "waiting.py"
     script.write_text(WAITING_KERNEL)
-    proc = pgasrun(1, "python", str(script), options=["--tag-output"])
+    proc = pgasrun(1, "python", str(script), options=["--tag-output"], env={"PGAS_BACKEND": "simulator"})
     assert proc.returncode == 0, proc.stderr
     assert pe_lines(proc) == ["[0] ok"]

@@ -105,9 +105,11 @@ def _allocate(fn: str, shape, dtype, fill=None, order: str = "C", alignment: int
     if fill is not None and fill is not _ZERO_BYTES:
         fill = _fill_value(fill, dims, dtype, fn)
     nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
-    offset = rt.allocator.allocate(nbytes, alignment)
-    view = rt.heap.array_at(offset, dims, dtype, order)
-    if fill is not None:
+    # no bytes, no heap space (as nvshmem_malloc(0)): a GPU's empty array has no address
+    # (numba's is NULL) by which free could find a block
+    offset = rt.allocator.allocate(nbytes, alignment) if nbytes else None
+    view = rt.heap.array_at(offset or 0, dims, dtype, order)
+    if fill is not None and nbytes:
         _fill(rt, view, offset, nbytes, fill, fn)
     # every PE's call must match, arguments and place in the heap too (one message either way)
     extra = (f", order {order}" if order != "C" else "") + (f", alignment {alignment}" if alignment != ALIGNMENT
@@ -116,7 +118,8 @@ def _allocate(fn: str, shape, dtype, fill=None, order: str = "C", alignment: int
     try:
         wait_all(rt.boot.comm, fn, record=record)  # no PE writes into a peer's copy before the peer has it
     except PgasError:
-        rt.allocator.release(offset)
+        if offset is not None:
+            rt.allocator.release(offset)
         raise
     return _device_array(view)
 
@@ -299,6 +302,10 @@ def free(a) -> None:
         if rt.debug:
             print(f"[PE {rt.my_pe}] pgas.free: a is a view of PE {holder}'s memory (from peer_array); "
                   "nothing freed", file=sys.stderr, flush=True)
+        return
+    if data.nbytes == 0:     # made without heap space (_allocate): only the collective's wait
+        finish_gpu_work(rt)
+        wait_all(rt.boot.comm, "pgas.free", record="no bytes")
         return
     offset = _symmetric_block(rt, data, "pgas.free")
     if offset in rt.symmetric_registrations:
