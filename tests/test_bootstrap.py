@@ -174,6 +174,9 @@ def test_small_collectives_that_differ_across_nodes_time_out_naming_the_call(tmp
     # the run 0.2 s after the first PE fails: the PEs' waits start together, and each PE
     # waits a second after its timeout, for the second PE's timeout to be seen too; without
     # that second a loaded machine's skew between the PEs failed it once.)
+    if backend_in_use() == "cuda":
+        pytest.skip("host reductions on the cuda backend run the device all-reduce, which reads each member's "
+                    "data in place, within a node: across nodes they are refused at once (docs/gpu.md)")
     proc = run_script(tmp_path, 2, DIFFERENT_COLLECTIVES, options=["--pes-per-node", "1"], env={"PGAS_TIMEOUT": "3"})
     assert proc.returncode == 1, proc.stderr
     assert ("pgas.fcollect: waited PGAS_TIMEOUT=3 s for the other members of the team (PEs [1]) to make the same "
@@ -252,8 +255,6 @@ def test_pgas_info_under_pgasrun_shows_the_transport_between_every_pair(clean_sh
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("pgas 0.1.0") == 1       # printed once, by PE 0
     rows = proc.stdout.split("transport from each PE to each PE:\n")[1].splitlines()[1:5]
-    # PEs on the other node: through the emulated NIC on the simulator; on cuda, which has no
-    # remote transport yet, unreachable (docs/transports.md, "The cuda backend")
-    far = "unreachable" if backend_in_use() == "cuda" else "ibgda"
+    far = "ibgda"       # PEs on the other node: through the emulated NIC, on both backends
     assert [row.split() for row in rows] == [["0", "self", "p2p", far, far], ["1", "p2p", "self", far, far],
                                              ["2", far, far, "self", "p2p"], ["3", far, far, "p2p", "self"]]

@@ -109,13 +109,30 @@ for bad, text in [(lambda: pgas.ctx_create(8), "options"), (lambda: pgas.ctx_cre
     except pgas.PgasError as e:
         assert text in str(e), e
 # across nodes: PE 0 posts a request with a forged rkey on context A and a good one on B;
-# B's quiet and the PE's quiet do not report A's refusal, A's quiet does, once
+# B's quiet and the PE's quiet do not report A's refusal, A's quiet does, once (simulator)
 remote = [pe for pe, kind in pgas.info()["transports"].items() if kind not in ("self", "p2p")]
 far = MPI.COMM_WORLD.bcast(remote[0] if remote else None, root=0)     # PE 0's first PE on another node
 fives, sixes = pgas.full(8, 5, np.int64), pgas.full(8, 6, np.int64)   # symmetric: the NIC reads them later
 target = pgas.zeros(16, np.int64)
 pgas.barrier_all()
-if me == 0 and far is not None:
+if me == 0 and far is not None and pgas.backend() == "cuda":
+    # a host put to another node completes on return there, on the host's queue pairs
+    # (cuda/_remote_rma.py): refused by the call itself
+    a, b = pgas.ctx_create(), pgas.ctx_create()
+    nic = runtime("test").transports.nic
+    good = nic.remote[far]
+    nic.remote[far] = RemoteRegion(good.base, good.size, good.rkey ^ 0x5A5A)
+    try:
+        a.put_nbi(target[:8], fives, far)
+        raise AssertionError("a put with a forged rkey must be refused")
+    except pgas.PgasError as e:
+        assert "remote access error" in str(e), e
+    nic.remote[far] = good
+    b.put_nbi(target[8:], sixes, far)
+    b.quiet()
+    a.quiet()
+    a.destroy(); b.destroy()
+elif me == 0 and far is not None:
     a, b = pgas.ctx_create(), pgas.ctx_create()
     nic = runtime("test").transports.nic
     good = nic.remote[far]

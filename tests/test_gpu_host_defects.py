@@ -46,6 +46,7 @@ STATE_WORDS = {"my_pe": 0, "n_pes": 1, "heap_base": 2, "heap_size": 3, "timeout_
 INTERNAL = 0x5151          # the handle the fake cuStreamCreate gives
 HEAP_BASE = 0x1000_0000
 HEAP_SIZE = 4 << 20
+GPU_MEMORY = 80 << 30
 
 
 def _bus_id(device: int) -> bytes:
@@ -74,6 +75,7 @@ class FakeDriver:
         "cuMemAllocAsync": 0x2000_0000,
         "cuMemCreate": 0xA11,
         "cuDeviceGet": lambda ordinal: ordinal,
+        "cuDeviceTotalMem": lambda device: GPU_MEMORY,
         "cuDeviceGetPCIBusId": lambda length, device: _bus_id(device),
         "cuDeviceGetByPCIBusId": lambda bus_id: int(bus_id.split(b":")[1], 16) - 1,
         "cuDeviceCanAccessPeer": 1,
@@ -306,6 +308,26 @@ def test_the_node_heaps_are_vmm_memory_passed_by_file_descriptor(fake):
     assert set(fake.args("cuMemUnmap")) >= {(HEAP_BASE, HEAP_SIZE), (HEAP_BASE + span, HEAP_SIZE)}
     assert fake.args("cuMemAddressFree") == [(HEAP_BASE, 2 * span)] and (0xA11,) in fake.args("cuMemRelease")
     assert _open_fds() == before        # every descriptor exported, passed and imported is closed
+
+
+@pytest.mark.parametrize("pes, other_gpu", [(1, False), (2, False), (2, True), (3, True)])
+def test_heaps_larger_than_their_gpus_memory_are_a_settings_error_before_any_is_made(fake, monkeypatch, pes,
+                                                                                      other_gpu):
+    """The heaps of the PEs sharing a GPU (here 80 GiB) must fit in it: PGAS_SYMMETRIC_SIZE is
+    named, as the simulator names /dev/shm, rather than cuMemCreate failing. ``other_gpu``:
+    the node's last PE is on another GPU."""
+    monkeypatch.setenv("PGAS_SYMMETRIC_SIZE", "50g")
+    other = _bus_id(1).split(b"\0")[0].decode()
+    boot = _boot(pes, lambda k, mine: other if other_gpu and k == pes - 1 and isinstance(mine, str) else mine)
+    sharing = pes - other_gpu
+    if sharing == 1:
+        _gpu_heap.GpuSymmetricHeap(boot, 50 << 30, 1.0).close()
+        return
+    with pytest.raises(pgas.PgasConfigError, match=rf"PGAS_SYMMETRIC_SIZE=50g: the symmetric heaps of the {sharing} "
+                                                   rf"PEs on GPU 0 need {sharing * (50 << 30)} bytes of its memory, "
+                                                   rf"which has {GPU_MEMORY}; use a smaller PGAS_SYMMETRIC_SIZE"):
+        _gpu_heap.GpuSymmetricHeap(boot, 50 << 30, 1.0)
+    assert fake.names().count("cuMemAddressReserve") == 1 and "cuMemCreate" not in fake.names()   # (1: the state's)
 
 
 def test_every_span_of_the_node_has_the_size_the_coarsest_granularity_allows(fake):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pgas.launcher._pgasrun import _descendants
-from conftest import PGASRUN, ROOT, pe_env, pe_lines, pgasrun
+from conftest import PGASRUN, ROOT, backend_in_use, pe_env, pe_lines, pgasrun
 
 FAILING = """
 import os, sys, time
@@ -338,16 +338,23 @@ def test_a_misspelt_variable_is_named_once_with_the_closest_known_one(tmp_path, 
                               "PGAS_DEBUG?") == 1, alone.stderr
 
 
-@pytest.mark.parametrize("setting,program,message", [
-    # the heap files are sparse: that they fit is checked, rather than found by a SIGBUS later
-    ("PGAS_SYMMETRIC_SIZE=100t", "", "PGAS_SYMMETRIC_SIZE=100t: the symmetric heaps of the 3 PEs on this machine "
-                                     "need 329853488332800 bytes of /dev/shm, which has"),
-    ("PGAS_SYMMETRIC_SIZE=512", "", "PGAS_SYMMETRIC_SIZE=512 is too small: pgas keeps 6163712 bytes of every "
-                                    "PE's heap for its own synchronization words and the staging buffers of "
-                                    "small collectives"),
-    ("", "os.environ['PGAS_TIMEOUT'] = '-4'", "PGAS_TIMEOUT='-4' is not valid"),
+# (message on the simulator, message on cuda): the heaps are sparse files on the one, GPU
+# memory on the other; only the simulator keeps staging buffers and wake words in the heap
+@pytest.mark.parametrize("setting,program,messages", [
+    # that the heaps fit is checked, rather than found by a SIGBUS (or cuMemCreate's failure) later
+    ("PGAS_SYMMETRIC_SIZE=100t", "", ("PGAS_SYMMETRIC_SIZE=100t: the symmetric heaps of the 3 PEs on this machine "
+                                      "need 329853488332800 bytes of /dev/shm, which has",
+                                      "PGAS_SYMMETRIC_SIZE=100t: the symmetric heaps of the 3 PEs on GPU 0 need "
+                                      "329853488332800 bytes of its memory, which has")),
+    ("PGAS_SYMMETRIC_SIZE=512", "", ("PGAS_SYMMETRIC_SIZE=512 is too small: pgas keeps 6163712 bytes of every "
+                                     "PE's heap for its own synchronization words and the staging buffers of "
+                                     "small collectives",
+                                     "PGAS_SYMMETRIC_SIZE=512 is too small: pgas keeps 3072 bytes of every PE's heap "
+                                     "for its own synchronization words (32 team slots on 3 PEs)")),
+    ("", "os.environ['PGAS_TIMEOUT'] = '-4'", ("PGAS_TIMEOUT='-4' is not valid",) * 2),
 ], ids=["huge-heap", "tiny-heap", "set-by-the-program"])
-def test_a_bad_setting_inside_the_pes_is_one_message(tmp_path, clean_shm, setting, program, message):
+def test_a_bad_setting_inside_the_pes_is_one_message(tmp_path, clean_shm, setting, program, messages):
+    message = messages[backend_in_use() == "cuda"]
     script = tmp_path / "config.py"
     script.write_text(f"import os, pgas\n{program}\npgas.init()\npgas.finalize()\n")
     env = dict([setting.split("=", 1)]) if setting else {}

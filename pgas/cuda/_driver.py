@@ -46,6 +46,14 @@ def select_device(local_rank: int, chosen: int | None = None) -> int:
     return device
 
 
+def total_memory(device: int) -> int:
+    """Bytes of memory of visible device ``device``."""
+    from cuda.bindings import driver
+
+    return int(checked(driver.cuDeviceTotalMem(checked(driver.cuDeviceGet(device), "cuDeviceGet")),
+                       "cuDeviceTotalMem"))
+
+
 def pci_bus_id(device: int) -> str:
     """The PCI bus id of visible device ``device``: it names a GPU the same way in every
     process, whatever each one's CUDA_VISIBLE_DEVICES."""

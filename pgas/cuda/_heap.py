@@ -31,12 +31,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core._device_errors import device_error
-from ..core._errors import PgasError, PgasValueError
+from ..core._env import shown
+from ..core._errors import PgasConfigError, PgasError, PgasValueError
 from ..runtime._allocator import HeapAllocator
 from ..runtime._arrays import array_span, check_span
 from ..runtime._bootstrap import Bootstrap
 from . import _vmm as vmm
-from ._driver import check_peer_access, checked, create_stream, device_array_at, pci_bus_id, select_device, synchronize
+from ._driver import (check_peer_access, checked, create_stream, device_array_at, pci_bus_id, select_device,
+                      synchronize, total_memory)
 from ._fd_exchange import allgather_fds
 from ._state_block import DeviceState, reserve_state_address
 
@@ -77,6 +79,7 @@ class GpuSymmetricHeap:
             # span the same size, and a peer's memory mapped at offsets its GPU allows
             self.granularity = max(boot.node_comm.allgather(vmm.granularity(self._prop)))
             self.capacity = vmm.round_up(size, self.granularity)
+            self._check_room(boot)
             self.size = 2 * self.capacity
             self._range = (vmm.reserve(len(boot.local_pes) * self.size, self.granularity),
                            len(boot.local_pes) * self.size)
@@ -96,6 +99,18 @@ class GpuSymmetricHeap:
         except Exception:
             self._release(wait_for_peers=False)
             raise
+
+    def _check_room(self, boot: Bootstrap) -> None:
+        """The heaps of the node's PEs on this PE's GPU must fit in its memory: said as a
+        setting's error, where cuMemCreate would fail with out of memory (every PE of the
+        node makes the same check on the same figures)."""
+        mine = pci_bus_id(self.device)
+        sharing, memory = boot.node_comm.allgather(mine).count(mine), total_memory(self.device)
+        if self.capacity * sharing > memory:
+            raise PgasConfigError(
+                f"{shown('PGAS_SYMMETRIC_SIZE')}: the symmetric heaps of the {sharing} PEs on GPU {self.device} "
+                f"need {self.capacity * sharing} bytes of its memory, which has {memory}; use a smaller "
+                "PGAS_SYMMETRIC_SIZE (or fewer PEs per GPU)")
 
     def _map(self, address: int, nbytes: int, handle, what: str) -> None:
         vmm.map_readwrite(address, nbytes, handle, self.device, what)

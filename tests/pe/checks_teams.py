@@ -5,7 +5,7 @@ from numba import cuda
 
 import pgas
 import pgas.device as dev
-from _util import node_pes
+from _util import node_pes, simulator_only
 
 
 @cuda.jit
@@ -178,6 +178,10 @@ def check_team_errors():
         pgas.team_my_pe(17)
     with pytest.raises(pgas.PgasError, match=r"pgas.barrier: team must be a team handle"):
         pgas.barrier("world")
+
+
+@simulator_only("device argument checks stop a kernel with a trap on a GPU")
+def check_a_kernel_given_no_team_is_a_device_error():
     out = np.zeros(1, np.int64)
     with pytest.raises(pgas.PgasError, match=r"tid=\[0, 0, 0\].*pgas.device.team_n_pes: team 9 is not a team"):
         bad_team_kernel[1, 1](9, out)
