@@ -132,3 +132,51 @@ def test_device_operations_across_nodes_go_through_the_gpu_initiated_nic_path(tm
                    env={**CUDA, "PGAS_NIC_WIRE": wire}, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert sorted(line for line in proc.stdout.splitlines() if line.endswith("ok")) == ["[0] ok", "[1] ok"]
+
+
+PUT_SIGNAL_THEN_COPY = r"""
+import sys
+import numpy as np
+import pgas, pgas.device as dev
+from numba import cuda
+
+THREADS, SYNC_FIRST = int(sys.argv[1]), sys.argv[2] == "1"
+
+
+@cuda.jit
+def send_and_wait(inbox, data, signal, other):
+    dev.put_signal_block(inbox, data, signal, 1, dev.SIGNAL_ADD, other)
+    if cuda.threadIdx.x == 0:
+        dev.signal_wait_until(signal, dev.CMP_GE, 1)
+    cuda.syncthreads()
+
+
+pgas.init()
+me, other = pgas.my_pe(), 1 - pgas.my_pe()
+data, inbox, signal = pgas.full(1000, me + 1, np.float64), pgas.zeros(1000, np.float64), pgas.zeros(1, np.uint64)
+send_and_wait[1, THREADS](inbox, data, signal, other)
+if SYNC_FIRST:
+    cuda.synchronize()
+assert (inbox.copy_to_host() == other + 1).all()     # a pageable copy queued behind the kernel at once
+pgas.barrier_all()
+pgas.finalize()
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("threads", [1, 32])
+@pytest.mark.parametrize("sync_first", [True, False], ids=["synchronized", "copy-at-once"])
+def test_a_block_put_signal_to_another_node_completes_while_the_host_copies_from_the_gpu(tmp_path, threads,
+                                                                                       sync_first):
+    """What examples/ring_allreduce.py does across nodes, which hung on the first GPU run
+    (docs/gpu.md, "GPU runs so far"): a put_signal_block of 8000 bytes to the other node and
+    a wait for the other's, with the host copying the result back right after the launch
+    (a pageable copy on the legacy stream, queued behind the kernel, while the NIC's own
+    copies of GPU memory must run) or after cuda.synchronize(); one thread or a warp."""
+    script = tmp_path / "put_signal_then_copy.py"
+    script.write_text(PUT_SIGNAL_THEN_COPY)
+    proc = pgasrun(2, "python", str(script), str(threads), "1" if sync_first else "0",
+                   options=["--pes-per-node", "1", "--tag-output"], env={**CUDA, "PGAS_TIMEOUT": "10"}, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert sorted(line for line in proc.stdout.splitlines() if line.endswith("ok")) == ["[0] ok", "[1] ok"]
