@@ -175,8 +175,8 @@ def test_small_collectives_that_differ_across_nodes_time_out_naming_the_call(tmp
     # waits a second after its timeout, for the second PE's timeout to be seen too; without
     # that second a loaded machine's skew between the PEs failed it once.)
     if backend_in_use() == "cuda":
-        pytest.skip("host reductions on the cuda backend run the device all-reduce, which reads each member's "
-                    "data in place, within a node: across nodes they are refused at once (docs/gpu.md)")
+        pytest.skip("it checks the host collectives' exchange of MPI messages: on the cuda backend fcollect is "
+                    "the device collective, run as a kernel, whose wait times out inside it (docs/gpu.md)")
     proc = run_script(tmp_path, 2, DIFFERENT_COLLECTIVES, options=["--pes-per-node", "1"], env={"PGAS_TIMEOUT": "3"})
     assert proc.returncode == 1, proc.stderr
     assert ("pgas.fcollect: waited PGAS_TIMEOUT=3 s for the other members of the team (PEs [1]) to make the same "

@@ -589,6 +589,39 @@ def test_a_device_reduction_with_a_member_on_another_node_is_refused_before_any_
     assert fake.calls == []
 
 
+class _CopiedArray:
+    """A device array's two host copies, recorded among the fake driver's calls."""
+
+    def __init__(self, values: np.ndarray, fake):
+        self.values, self.fake, self.shape, self.dtype = values, fake, values.shape, values.dtype
+
+    def copy_to_host(self):
+        self.fake.calls.append(("copy_to_host", ()))
+        return self.values.copy()
+
+    def copy_to_device(self, host):
+        self.fake.calls.append(("copy_to_device", ()))
+        self.values[...] = host
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_host_reduction_over_nodes_goes_through_host_memory_after_the_streams_work(fake_runtime, fake, in_place):
+    """The device reductions read members' data in place, within a node: a host reduction
+    over a team that spans nodes waits for the stream, reduces host copies (the simulator's
+    MPI reduction, here a stand-in) and copies the result back, complete on return."""
+    src = _CopiedArray(np.arange(4.0), fake)
+    dest = src if in_place else _CopiedArray(np.zeros(4), fake)
+    given = []
+
+    def on_host(host_d, host_s):
+        given.append((host_d is host_s, host_s.tolist()))
+        host_d[...] = host_s * 2
+    _gpu_ops.staged_reduction(dest, src, in_place, None, "pgas.reduce", on_host)
+    assert fake.names() == ["cuStreamSynchronize", "copy_to_host", "copy_to_device"]
+    assert fake.args("cuStreamSynchronize") == [(INTERNAL,)]
+    assert given == [(in_place, [0.0, 1.0, 2.0, 3.0])] and dest.values.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
 class _DeviceArray:
     """A device array as pgas sees one (``__cuda_array_interface__``), over ``values``' host
     memory, or at ``address`` (where nothing may read it)."""

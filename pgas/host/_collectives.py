@@ -164,10 +164,16 @@ def reducescatter(team, dest, src, op: str = "sum", stream=None) -> None:
     checked_pair(call, d, s, d.size, call.n * d.size, "src must hold team size x dest.size elements")
     no_overlap(call, d, s)
     ufunc = reduction_ufunc(call.fn, op, d.dtype)
-    if on_gpu(call, f"{op}_reducescatter", d, s, stream=stream):
-        return
     m, me = d.size, call.me
     block = slice(me * m, (me + 1) * m)
+
+    def my_block_on_host(host_d, host_s):       # all of it reduced, this member's block kept
+        whole = np.empty_like(host_s)
+        _mpi.reduce_runner(call, whole, host_s, op, ufunc, False)()
+        host_d[...] = whole[block]
+    if _staged_on_gpu(call, d, s, False, stream, my_block_on_host) or \
+            on_gpu(call, f"{op}_reducescatter", d, s, stream=stream):
+        return
 
     def reduce_my_block():
         reduce_into(d, [call.read(rank, "src", block) for rank in range(call.n)], ufunc)
@@ -193,7 +199,9 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
         raise PgasValueError(
             f"{call.fn}: algorithm={algorithm!r} is one of the simulator's host algorithms; on the cuda "
             "backend a host reduction runs the device all-reduce as a kernel: use algorithm='auto'")
-    if on_gpu(call, f"{op}_reduce", d, s, stream=stream):
+    if _staged_on_gpu(call, d, s, in_place, stream,
+                      lambda host_d, host_s: _mpi.reduce_runner(call, host_d, host_s, op, ufunc, in_place)()) or \
+            on_gpu(call, f"{op}_reduce", d, s, stream=stream):
         return
     chosen = auto_algorithm(call.rt, call.team, d.nbytes) if algorithm == "auto" else algorithm
     if chosen == "mpi":
@@ -210,6 +218,17 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
     else:
         algorithm_body = {"oneshot": _oneshot, "ring": _ring, "tree": _tree}[chosen]
         call.keep(key, call.general(lambda: algorithm_body(call, d, s, ufunc, in_place)))
+
+
+def _staged_on_gpu(call, d, s, in_place: bool, stream, reduce_on_host) -> bool:
+    """On the cuda backend, a reduction over a team that spans nodes goes through host
+    memory (``_gpu_ops.staged_reduction``: the device's read members' data in place, within
+    a node); True if so."""
+    if not (call.rt.on_gpu and _mpi.spans_nodes(call)):
+        return False
+    from . import _gpu_ops
+    _gpu_ops.staged_reduction(d, s, in_place, stream, call.fn, reduce_on_host)
+    return True
 
 
 def auto_algorithm(rt, team, nbytes: int) -> str:
