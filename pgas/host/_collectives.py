@@ -222,8 +222,8 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
 
 def _staged_on_gpu(call, d, s, in_place: bool, stream, reduce_on_host) -> bool:
     """On the cuda backend, a reduction over a team that spans nodes goes through host
-    memory (``_gpu_ops.staged_reduction``: the device's read members' data in place, within
-    a node); True if so."""
+    memory (``_gpu_ops.staged_reduction``; the device reductions read the members' data in
+    place, within a node only); True if so."""
     if not (call.rt.on_gpu and _mpi.spans_nodes(call)):
         return False
     from . import _gpu_ops
