@@ -95,11 +95,11 @@ def pytest_collection_modifyitems(config, items):
         for item in gpu_tests:
             item.add_marker(skip)
     # a test of a transport the cuda backend lacks (its parameter "transport": "proxy", "ucx+mpi", ...)
-    if backend_in_use() == "cuda":
-        for item in items:
-            transport = getattr(item, "callspec", None) and item.callspec.params.get("transport")
-            if transport and transport.partition("+")[0] not in CUDA_TRANSPORTS:
-                item.add_marker(pytest.mark.skip(reason=NOT_ON_CUDA))
+    lacking = [item for item in items if hasattr(item, "callspec")
+               and item.callspec.params.get("transport", "ibgda").partition("+")[0] not in CUDA_TRANSPORTS]
+    if lacking and backend_in_use() == "cuda":
+        for item in lacking:
+            item.add_marker(pytest.mark.skip(reason=NOT_ON_CUDA))
 
 
 def pgasrun(n: int, *command: str, options=(), env=None, timeout: float = 240, stdin=subprocess.DEVNULL,

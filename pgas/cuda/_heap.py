@@ -79,7 +79,8 @@ class GpuSymmetricHeap:
             # span the same size, and a peer's memory mapped at offsets its GPU allows
             self.granularity = max(boot.node_comm.allgather(vmm.granularity(self._prop)))
             self.capacity = vmm.round_up(size, self.granularity)
-            self._check_room(boot)
+            buses = boot.node_comm.allgather(pci_bus_id(self.device))     # each local PE's GPU, by PCI bus id
+            self._check_room(buses)
             self.size = 2 * self.capacity
             self._range = (vmm.reserve(len(boot.local_pes) * self.size, self.granularity),
                            len(boot.local_pes) * self.size)
@@ -91,7 +92,7 @@ class GpuSymmetricHeap:
             self._map(self.base, self.capacity, self._handle, "the symmetric heap")
             self.zero(0, self.capacity)
             self._external_room = HeapAllocator(self.capacity)
-            self._check_peers(boot)
+            self._check_peers(boot, buses)
             failure = self._map_node(0, self.capacity, self._handle, "symmetric heap")
             self._agree(failure, "pgas.init: the PEs of this node could not map each other's heaps")
             self.state = DeviceState(self.device, boot.my_pe, boot.n_pes, self.base, self.size, timeout, self.bases,
@@ -100,12 +101,12 @@ class GpuSymmetricHeap:
             self._release(wait_for_peers=False)
             raise
 
-    def _check_room(self, boot: Bootstrap) -> None:
-        """The heaps of the node's PEs on this PE's GPU must fit in its memory: said as a
-        setting's error, where cuMemCreate would fail with out of memory (every PE of the
-        node makes the same check on the same figures)."""
-        mine = pci_bus_id(self.device)
-        sharing, memory = boot.node_comm.allgather(mine).count(mine), total_memory(self.device)
+    def _check_room(self, buses: list[str]) -> None:
+        """The heaps of the node's PEs on this PE's GPU (``buses``: each local PE's) must
+        fit in its memory: said as a setting's error, where cuMemCreate would fail with out
+        of memory (every PE of the node makes the same check on the same figures)."""
+        sharing = buses.count(buses[self._local_pes.index(self.my_pe)])
+        memory = total_memory(self.device)
         if self.capacity * sharing > memory:
             raise PgasConfigError(
                 f"{shown('PGAS_SYMMETRIC_SIZE')}: the symmetric heaps of the {sharing} PEs on GPU {self.device} "
@@ -116,12 +117,12 @@ class GpuSymmetricHeap:
         vmm.map_readwrite(address, nbytes, handle, self.device, what)
         self._mappings[address] = nbytes
 
-    def _check_peers(self, boot: Bootstrap) -> None:
-        """Check that this PE's GPU reaches each local peer's; all PEs of the node agree
-        whether they do, so a failure is an error on each of them (no hang)."""
+    def _check_peers(self, boot: Bootstrap, buses: list[str]) -> None:
+        """Check that this PE's GPU reaches each local peer's (``buses``: theirs); all PEs
+        of the node agree whether they do, so a failure is an error on each of them (no hang)."""
         problem = None
         try:
-            for pe, bus_id in zip(boot.local_pes, boot.node_comm.allgather(pci_bus_id(self.device))):
+            for pe, bus_id in zip(boot.local_pes, buses):
                 if pe != self.my_pe:
                     check_peer_access(self.device, f"PE {self.my_pe}", bus_id, f"PE {pe}")
         except PgasError as exc:

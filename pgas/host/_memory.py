@@ -303,17 +303,15 @@ def free(a) -> None:
             print(f"[PE {rt.my_pe}] pgas.free: a is a view of PE {holder}'s memory (from peer_array); "
                   "nothing freed", file=sys.stderr, flush=True)
         return
-    if data.nbytes == 0:     # made without heap space (_allocate): only the collective's wait
-        finish_gpu_work(rt)
-        wait_all(rt.boot.comm, "pgas.free", record="no bytes")
-        return
-    offset = _symmetric_block(rt, data, "pgas.free")
+    # no bytes: made without heap space (_allocate), only the collective's wait
+    offset = _symmetric_block(rt, data, "pgas.free") if data.nbytes else None
     if offset in rt.symmetric_registrations:
         raise PgasValueError("pgas.free: a is memory made symmetric by pgas.register_symmetric: "
                              "give it to pgas.unregister_symmetric instead")
     finish_gpu_work(rt)
     wait_all(rt.boot.comm, "pgas.free", record=f"heap offset {offset}")  # nobody may still be writing into it
-    rt.allocator.release(offset)
+    if offset is not None:
+        rt.allocator.release(offset)
 
 
 def peer_array(a, pe: int):
