@@ -78,6 +78,36 @@ def _plot(path: str, rows: list, n: int, nodes: int) -> None:
     print(f"wrote {path}")
 
 
+def allocate(n: int, max_bytes: int) -> dict:
+    """The symmetric and MPI buffers for sizes up to ``max_bytes`` per PE (collective)."""
+    most = max_bytes // 4
+    return {"src": pgas.full(most, 1.0, np.float32), "dest": pgas.empty(most, np.float32),
+            "gathered": pgas.empty(n * most, np.float32), "mpi_src": np.ones(most, np.float32),
+            "mpi_dest": np.empty(most, np.float32), "mpi_gathered": np.empty(n * most, np.float32)}
+
+
+def release(arrays: dict) -> None:
+    """Free what ``allocate`` made (collective)."""
+    for name in ("gathered", "dest", "src"):
+        pgas.free(arrays[name])
+
+
+def measure(comm, size: int, arrays: dict) -> dict:
+    """``{collective: [pgas seconds, MPI seconds]}`` at ``size`` bytes per PE, each the
+    slowest PE's mean per call in the best of BATCHES batches, pgas and MPI in turn
+    (collective); the results are checked first."""
+    me, n, count = pgas.my_pe(), pgas.n_pes(), size // 4
+    _check(me, n, count, arrays)
+    iterations, row = _iterations(size, n), {}
+    for name, (ours, theirs) in _calls(comm, n, count, arrays).items():
+        best = [float("inf"), float("inf")]
+        for _ in range(BATCHES):      # in turn, so that both see the same machine
+            best[0] = min(best[0], slowest_pe_seconds(comm, ours, iterations))
+            best[1] = min(best[1], slowest_pe_seconds(comm, theirs, iterations))
+        row[name] = best
+    return row
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pgas.bench collectives", description=__doc__.split("\n")[0])
     parser.add_argument("--plot", metavar="PNG", help="write a plot of MPI/pgas per collective (needs matplotlib)")
@@ -86,10 +116,7 @@ def main(argv=None) -> None:
     pgas.init()
     comm, me, n = MPI.COMM_WORLD, pgas.my_pe(), pgas.n_pes()
     sizes = [size for size in SIZES if size <= args.max_bytes]
-    most = max(sizes) // 4
-    arrays = {"src": pgas.full(most, 1.0, np.float32), "dest": pgas.empty(most, np.float32),
-              "gathered": pgas.empty(n * most, np.float32), "mpi_src": np.ones(most, np.float32),
-              "mpi_dest": np.empty(most, np.float32), "mpi_gathered": np.empty(n * most, np.float32)}
+    arrays = allocate(n, max(sizes))
     world = team_of(runtime("bench"), pgas.TEAM_WORLD, "bench")
     if me == 0:
         print(f"{n} PEs; microseconds per call (slowest PE, best of {BATCHES} batches); "
@@ -98,16 +125,7 @@ def main(argv=None) -> None:
               + f"  {'reduce runs':>11}")
     rows = []
     for size in sizes:
-        count = size // 4
-        _check(me, n, count, arrays)
-        calls, iterations = _calls(comm, n, count, arrays), _iterations(size, n)
-        row = {"size": size}
-        for name, (ours, theirs) in calls.items():
-            best = [float("inf"), float("inf")]
-            for _ in range(BATCHES):      # in turn, so that both see the same machine
-                best[0] = min(best[0], slowest_pe_seconds(comm, ours, iterations))
-                best[1] = min(best[1], slowest_pe_seconds(comm, theirs, iterations))
-            row[name] = best
+        row = {"size": size, **measure(comm, size, arrays)}
         rows.append(row)
         if me == 0:
             picked = auto_algorithm(runtime("bench"), world, size)
@@ -116,8 +134,7 @@ def main(argv=None) -> None:
                 + f"  {picked:>11}", flush=True)
     if me == 0 and args.plot:
         _plot(args.plot, rows, n, len(set(pgas.info()["node_of_pe"])))
-    for name in ("gathered", "dest", "src"):
-        pgas.free(arrays[name])
+    release(arrays)
     pgas.finalize()
 
 

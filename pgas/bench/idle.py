@@ -46,6 +46,24 @@ def _shares(during, seconds: float) -> tuple[float, float]:
     return 100 * runtime / elapsed, 100 * used.get(main, 0.0) / elapsed
 
 
+def idle_shares(seconds: float) -> tuple[tuple[float, float], tuple[float, float]]:
+    """This PE's (runtime threads, main thread) percent of a core over ``seconds`` while
+    the main thread sleeps, then while it waits in ``signal_wait_until`` for a flag set
+    ``seconds`` after (collective; PGAS_TIMEOUT must exceed ``seconds``)."""
+    me, comm = pgas.my_pe(), MPI.COMM_WORLD
+    flag = pgas.zeros(1, np.uint64)
+    pgas.barrier_all()
+    asleep = _shares(lambda: time.sleep(seconds), seconds)
+    comm.Barrier()
+    setter = threading.Timer(seconds, lambda: pgas.signal_op(flag, 1, pgas.SIGNAL_SET, me))
+    setter.start()
+    waiting = _shares(lambda: pgas.signal_wait_until(flag, pgas.CMP_EQ, 1), seconds)
+    setter.join()
+    pgas.barrier_all()
+    pgas.free(flag)
+    return asleep, waiting
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pgas.bench idle", description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="how long each phase lasts")
@@ -55,14 +73,7 @@ def main(argv=None) -> None:
     os.environ["PGAS_TIMEOUT"] = str(max(60.0, 4 * args.seconds))
     pgas.init()
     me, comm = pgas.my_pe(), MPI.COMM_WORLD
-    flag = pgas.zeros(1, np.uint64)
-    pgas.barrier_all()
-    asleep = _shares(lambda: time.sleep(args.seconds), args.seconds)
-    comm.Barrier()
-    setter = threading.Timer(args.seconds, lambda: pgas.signal_op(flag, 1, pgas.SIGNAL_SET, me))
-    setter.start()
-    waiting = _shares(lambda: pgas.signal_wait_until(flag, pgas.CMP_EQ, 1), args.seconds)
-    setter.join()
+    asleep, waiting = idle_shares(args.seconds)
     rows = comm.gather((me, asleep, waiting), 0)
     if me == 0:
         print(f"percent of one core over {args.seconds:g} s, per PE (transports: {pgas.info()['transports']})")
@@ -71,6 +82,4 @@ def main(argv=None) -> None:
         for pe, (runtime_asleep, main_asleep), (runtime_waiting, main_waiting) in rows:
             print(f"{pe:>4} {runtime_asleep:>16.2f} {main_asleep:>14.2f} {runtime_waiting:>16.2f} "
                   f"{main_waiting:>15.2f}")
-    pgas.barrier_all()
-    pgas.free(flag)
     pgas.finalize()

@@ -30,7 +30,8 @@ from ._timing import best_seconds, human_bytes
 SIZES = [8, 32, 128, 512, 1024, 4096]
 
 
-def _pgas_figures(dest, size: int, iterations: int) -> tuple[float, float]:
+def put_get_seconds(dest, size: int, iterations: int) -> tuple[float, float]:
+    """PE 0: seconds per 8-to-4096-byte ``put`` + ``quiet`` and per ``get`` to PE 1's ``dest``."""
     src, back, target = np.ones(size, np.uint8), np.zeros(size, np.uint8), dest[:size]
 
     def put():
@@ -39,7 +40,8 @@ def _pgas_figures(dest, size: int, iterations: int) -> tuple[float, float]:
     return best_seconds(put, iterations), best_seconds(lambda: pgas.get(back, target, 1), iterations)
 
 
-def _mpi_figures(win, size: int, iterations: int) -> tuple[float, float]:
+def mpi_put_get_seconds(win, size: int, iterations: int) -> tuple[float, float]:
+    """PE 0: seconds per ``Put`` + ``Flush`` and per ``Get`` + ``Flush`` to PE 1's ``win``."""
     src, back = np.ones(size, np.uint8), np.zeros(size, np.uint8)
 
     def put():
@@ -101,10 +103,10 @@ def main(argv=None) -> None:
     ours, theirs = {}, {}
     for size in SIZES:      # pgas and MPI in turn at each size: both see the same machine
         if me == 0:
-            ours[size] = _pgas_figures(dest, size, args.iters)
+            ours[size] = put_get_seconds(dest, size, args.iters)
         pgas.barrier_all()
         if me == 0:
-            theirs[size] = _mpi_figures(win, size, args.iters)
+            theirs[size] = mpi_put_get_seconds(win, size, args.iters)
         comm.Barrier()
     if me == 0:
         print(f"PE 0 -> PE 1 through {pgas.info()['transports'][1]}; microseconds per call; "

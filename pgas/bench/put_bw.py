@@ -36,17 +36,18 @@ def _local_buffers(nbytes: int):
     return np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8), np.copyto
 
 
-def _mpi_put_seconds(win, host, size: int) -> float:
+def mpi_put_seconds(win, host, size: int) -> float:
     """MPI Put + Flush of ``size`` bytes of ``host`` into PE 1's window (on PE 0)."""
     part = host[:size]
 
     def put():
         win.Put(part, 1)
         win.Flush(1)
-    return best_seconds(put, _iterations(size))
+    return best_seconds(put, iterations(size))
 
 
-def _iterations(size: int) -> int:
+def iterations(size: int) -> int:
+    """Puts per repetition at ``size`` bytes: at least 3, at most 2000, about 256 MiB in all."""
     return max(3, min(2000, (256 << 20) // size))
 
 
@@ -65,11 +66,11 @@ def main(argv=None) -> None:
     for size in SIZES:      # pgas and MPI in turn at each size: both see the same machine
         if me == 0:     # the slices are made once, as for MPI: the loop times the calls alone
             target, source, copy_target = dest[:size], src[:size], local_dest[:size]
-            ours[size] = (best_seconds(lambda: pgas.put(target, source, 1), _iterations(size)),
-                          best_seconds(lambda: local_copy(copy_target, source), _iterations(size)))
+            ours[size] = (best_seconds(lambda: pgas.put(target, source, 1), iterations(size)),
+                          best_seconds(lambda: local_copy(copy_target, source), iterations(size)))
         pgas.barrier_all()
         if me == 0:
-            mpi[size] = _mpi_put_seconds(win, host, size)
+            mpi[size] = mpi_put_seconds(win, host, size)
         comm.Barrier()      # PE 1 inside MPI meanwhile: its passive-target RMA may need it
     win.Unlock_all()
     win.Free()

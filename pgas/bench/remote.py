@@ -113,7 +113,7 @@ def _pgas_figures(dest, src, iters: int, messages: int, pe: int) -> dict:
     return figures
 
 
-def _mpi_figures(win, iters: int, messages: int) -> dict:
+def _mpi_window_figures(win, iters: int, messages: int) -> dict:
     one, out = np.ones(1, np.int64), np.zeros(1, np.int64)
 
     def put_flush():
@@ -141,6 +141,37 @@ def _mpi_figures(win, iters: int, messages: int) -> dict:
                     win.Flush(1)
             figures[f"{kind} rate {t}"] = t * each / _best(batches)
     return figures
+
+
+def mpi_figures(iters: int, messages: int) -> dict | None:
+    """The MPI side on PE 0 (None elsewhere): ``Put`` + ``Flush`` and ``Fetch_and_op``
+    latency and the batched rates, on a window of PE 1 (collective over COMM_WORLD)."""
+    comm = MPI.COMM_WORLD
+    win = MPI.Win.Allocate(8 * max(THREADS), comm=comm)
+    win.Lock_all()
+    theirs = _mpi_window_figures(win, iters, messages) if comm.Get_rank() == 0 else None
+    comm.Barrier()
+    win.Unlock_all()
+    win.Free()
+    return theirs
+
+
+def device_figures(dest, src, paths, iters: int, messages: int) -> dict:
+    """PE 0's kernels to PE 1 through each remote transport of ``paths`` in turn
+    (``"self"``: the same kernels on PE 0's own heap), as ``{path: figures}`` on PE 0 and
+    ``{}`` elsewhere (collective). The transport is switched between phases."""
+    me, transports = pgas.my_pe(), runtime("pgas.bench").transports
+    ours = {}
+    for transport in paths:
+        pgas.barrier_all()
+        if transport != "self":
+            transports.use_remote(transport)
+            if transports.remote_transport != transport:
+                raise SystemExit(f"the {transport} path could not be set up here")
+        if me == 0:
+            ours[transport] = _pgas_figures(dest, src, iters, messages, 0 if transport == "self" else 1)
+    pgas.barrier_all()
+    return ours
 
 
 def _plot(path: str, ours: dict, theirs: dict, where: str) -> None:
@@ -186,28 +217,12 @@ def main(argv=None) -> None:
         raise SystemExit("remote needs 2 PEs on 2 nodes: pgasrun -np 2 --pes-per-node 1 python -m pgas.bench remote")
     dest = pgas.zeros(max(THREADS), np.int64)
     src = pgas.zeros(max(THREADS), np.int64)
-    transports = runtime("pgas.bench").transports
-    ours = {}
     # ucx and the call itself first: the emulated NIC's thread (started by the first phase
     # that needs it, unless PGAS_REMOTE_TRANSPORT chose its paths at init) then runs on
     # beside them, sharing the interpreter lock
-    for transport in ("ucx", "self", "ibgda", "proxy"):
-        pgas.barrier_all()
-        if transport != "self":
-            transports.use_remote(transport)
-            if transports.remote_transport != transport:
-                raise SystemExit(f"the {transport} path could not be set up here")
-        if me == 0:      # self: no transport, the call itself
-            ours[transport] = _pgas_figures(dest, src, args.iters, args.messages, 0 if transport == "self" else 1)
-    pgas.barrier_all()
-    comm = MPI.COMM_WORLD
-    hosts = comm.allgather(socket.gethostname())
-    win = MPI.Win.Allocate(8 * max(THREADS), comm=comm)
-    win.Lock_all()
-    theirs = _mpi_figures(win, args.iters, args.messages) if me == 0 else None
-    comm.Barrier()
-    win.Unlock_all()
-    win.Free()
+    ours = device_figures(dest, src, ("ucx", "self", "ibgda", "proxy"), args.iters, args.messages)
+    hosts = MPI.COMM_WORLD.allgather(socket.gethostname())
+    theirs = mpi_figures(args.iters, args.messages)
     if me == 0:
         print(f"{'':26} {'ibgda':>11} {'proxy':>11} {'ucx':>11} {'MPI':>11} {'self':>11} {'ibgda/proxy':>12} "
               f"{'beyond self':>12} {'ibgda vs MPI':>13} {'ucx vs self':>12} {'ucx adds/MPI':>13}")
