@@ -73,16 +73,12 @@ def _host_latency(verdicts: Verdicts, iters: int) -> None:
     dest = pgas.zeros(max(HOST_SIZES), np.uint8)
     win = MPI.Win.Allocate(max(HOST_SIZES) if me == 1 else 0, comm=comm)
     win.Lock_all()
-    for size in HOST_SIZES:        # pgas and MPI in turn
-        ours = latency.put_get_seconds(dest, size, iters) if me == 0 else None
-        pgas.barrier_all()
-        theirs = latency.mpi_put_get_seconds(win, size, iters) if me == 0 else None
-        comm.Barrier()
-        if me == 0:
-            for name, pgas_s, mpi_s in (("put+quiet", ours[0], theirs[0]), ("get", ours[1], theirs[1])):
-                ratio = mpi_s / pgas_s
-                verdicts.add(1, f"host {name} {human_bytes(size)} (us; MPI/pgas)", f"{pgas_s * 1e6:.2f}",
-                             f"{mpi_s * 1e6:.2f}", ratio, ">= 0.67", ratio >= 0.67)
+    ours, theirs = latency.in_turn(dest, win, HOST_SIZES, iters)
+    for size in ours:       # (PE 0's)
+        for name, pgas_s, mpi_s in zip(("put+quiet", "get"), ours[size], theirs[size]):
+            ratio = mpi_s / pgas_s
+            verdicts.add(1, f"host {name} {human_bytes(size)} (us; MPI/pgas)", f"{pgas_s * 1e6:.2f}",
+                         f"{mpi_s * 1e6:.2f}", ratio, ">= 0.67", ratio >= 0.67)
     win.Unlock_all()
     win.Free()
     pgas.free(dest)

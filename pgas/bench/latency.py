@@ -54,6 +54,20 @@ def mpi_put_get_seconds(win, size: int, iterations: int) -> tuple[float, float]:
     return best_seconds(put, iterations), best_seconds(get, iterations)
 
 
+def in_turn(dest, win, sizes, iterations: int) -> tuple[dict, dict]:
+    """``{size: (put+quiet, get)}`` seconds per call on PE 0 (empty elsewhere), pgas's then
+    MPI's, the two in turn at each size so that both see the same machine (collective)."""
+    me, ours, theirs = pgas.my_pe(), {}, {}
+    for size in sizes:
+        if me == 0:
+            ours[size] = put_get_seconds(dest, size, iterations)
+        pgas.barrier_all()
+        if me == 0:
+            theirs[size] = mpi_put_get_seconds(win, size, iterations)
+        MPI.COMM_WORLD.Barrier()
+    return ours, theirs
+
+
 def _stretch_medians(call, stretches: int, calls: int = 1000) -> np.ndarray:
     """The median time of ``call`` in each of ``stretches`` runs of ``calls`` calls."""
     times = np.empty((stretches, calls))
@@ -100,14 +114,7 @@ def main(argv=None) -> None:
     dest = pgas.zeros(max(SIZES), np.uint8)
     win = MPI.Win.Allocate(max(SIZES) if me == 1 else 0, comm=comm)
     win.Lock_all()
-    ours, theirs = {}, {}
-    for size in SIZES:      # pgas and MPI in turn at each size: both see the same machine
-        if me == 0:
-            ours[size] = put_get_seconds(dest, size, args.iters)
-        pgas.barrier_all()
-        if me == 0:
-            theirs[size] = mpi_put_get_seconds(win, size, args.iters)
-        comm.Barrier()
+    ours, theirs = in_turn(dest, win, SIZES, args.iters)
     if me == 0:
         print(f"PE 0 -> PE 1 through {pgas.info()['transports'][1]}; microseconds per call; "
               "MPI/pgas above 1: pgas is faster")
