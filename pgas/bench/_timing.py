@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
-__all__ = ["best_seconds", "slowest_pe_seconds", "human_bytes"]
+__all__ = ["best_seconds", "slowest_pe_seconds", "human_bytes", "window_on_pe1"]
 
 
 def best_seconds(action, iterations: int, repeats: int = 5) -> float:
@@ -35,3 +36,18 @@ def human_bytes(nbytes: int) -> str:
         if nbytes >= size and nbytes % size == 0:
             return f"{nbytes // size} {unit}"
     return f"{nbytes} B"
+
+
+@contextmanager
+def window_on_pe1(nbytes: int):
+    """An MPI window of ``nbytes`` on PE 1 (none elsewhere) from ``MPI.Win.Allocate``, the
+    closest MPI has to a symmetric heap, opened for passive-target RMA (``Lock_all``) and
+    freed after (collective over COMM_WORLD)."""
+    from mpi4py import MPI
+    win = MPI.Win.Allocate(nbytes if MPI.COMM_WORLD.Get_rank() == 1 else 0, comm=MPI.COMM_WORLD)
+    win.Lock_all()
+    try:
+        yield win
+    finally:
+        win.Unlock_all()
+        win.Free()

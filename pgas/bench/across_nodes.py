@@ -39,7 +39,7 @@ from pgas.core._env import parse_size
 from pgas.runtime._state import runtime
 
 from . import collectives, idle, latency, put_bw, remote
-from ._timing import best_seconds, human_bytes
+from ._timing import best_seconds, human_bytes, window_on_pe1
 
 HOST_SIZES = (8, 4096)
 COLLECTIVE_SIZES = (8, 4096, 2 << 20, 64 << 20)
@@ -69,19 +69,15 @@ class Verdicts:
 
 def _host_latency(verdicts: Verdicts, iters: int) -> None:
     """Point 1 (collective; 2 PEs)."""
-    me, comm = pgas.my_pe(), MPI.COMM_WORLD
     dest = pgas.zeros(max(HOST_SIZES), np.uint8)
-    win = MPI.Win.Allocate(max(HOST_SIZES) if me == 1 else 0, comm=comm)
-    win.Lock_all()
-    ours, theirs = latency.in_turn(dest, win, HOST_SIZES, iters)
+    with window_on_pe1(max(HOST_SIZES)) as win:
+        ours, theirs = latency.in_turn(dest, win, HOST_SIZES, iters)
+    pgas.free(dest)
     for size in ours:       # (PE 0's)
         for name, pgas_s, mpi_s in zip(("put+quiet", "get"), ours[size], theirs[size]):
             ratio = mpi_s / pgas_s
             verdicts.add(1, f"host {name} {human_bytes(size)} (us; MPI/pgas)", f"{pgas_s * 1e6:.2f}",
                          f"{mpi_s * 1e6:.2f}", ratio, ">= 0.67", ratio >= 0.67)
-    win.Unlock_all()
-    win.Free()
-    pgas.free(dest)
 
 
 def _device(verdicts: Verdicts, iters: int, messages: int) -> None:
@@ -132,17 +128,13 @@ def _collectives(verdicts: Verdicts, sizes) -> None:
 
 def _bandwidth(verdicts: Verdicts, size: int) -> None:
     """Point 4 (collective; 2 PEs)."""
-    me, comm = pgas.my_pe(), MPI.COMM_WORLD
-    dest = pgas.zeros(size, np.uint8)
-    win = MPI.Win.Allocate(size if me == 1 else 0, comm=comm)
-    win.Lock_all()
-    host = np.ones(size, np.uint8)
-    ours = best_seconds(lambda: pgas.put(dest, host, 1), put_bw.iterations(size)) if me == 0 else None
-    pgas.barrier_all()
-    theirs = put_bw.mpi_put_seconds(win, host, size) if me == 0 else None
-    comm.Barrier()
-    win.Unlock_all()
-    win.Free()
+    me = pgas.my_pe()
+    dest, host = pgas.zeros(size, np.uint8), np.ones(size, np.uint8)
+    with window_on_pe1(size) as win:
+        ours = best_seconds(lambda: pgas.put(dest, host, 1), put_bw.iterations(size)) if me == 0 else None
+        pgas.barrier_all()
+        theirs = put_bw.mpi_put_seconds(win, host, size) if me == 0 else None
+        MPI.COMM_WORLD.Barrier()
     pgas.free(dest)
     if me == 0:
         ratio = theirs / ours

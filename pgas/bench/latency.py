@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 import pgas
 
-from ._timing import best_seconds, human_bytes
+from ._timing import best_seconds, human_bytes, window_on_pe1
 
 SIZES = [8, 32, 128, 512, 1024, 4096]
 
@@ -110,24 +110,20 @@ def main(argv=None) -> None:
     me, n = pgas.my_pe(), pgas.n_pes()
     if n != 2:
         raise SystemExit("latency needs 2 PEs: pgasrun -np 2 python -m pgas.bench latency")
-    comm = MPI.COMM_WORLD
     dest = pgas.zeros(max(SIZES), np.uint8)
-    win = MPI.Win.Allocate(max(SIZES) if me == 1 else 0, comm=comm)
-    win.Lock_all()
-    ours, theirs = in_turn(dest, win, SIZES, args.iters)
-    if me == 0:
-        print(f"PE 0 -> PE 1 through {pgas.info()['transports'][1]}; microseconds per call; "
-              "MPI/pgas above 1: pgas is faster")
-        print(f"{'size':>7} {'put+quiet':>10} {'MPI Put+Flush':>14} {'MPI/pgas':>9} "
-              f"{'get':>8} {'MPI Get+Flush':>14} {'MPI/pgas':>9}")
-        for size in SIZES:
-            (put, get), (mpi_put, mpi_get) = ours[size], theirs[size]
-            print(f"{human_bytes(size):>7} {put * 1e6:10.2f} {mpi_put * 1e6:14.2f} {mpi_put / put:9.2f} "
-                  f"{get * 1e6:8.2f} {mpi_get * 1e6:14.2f} {mpi_get / get:9.2f}", flush=True)
-    if args.stretches:
-        _stretches(dest, win, args.stretches)
-    win.Unlock_all()
-    win.Free()
+    with window_on_pe1(max(SIZES)) as win:
+        ours, theirs = in_turn(dest, win, SIZES, args.iters)
+        if me == 0:
+            print(f"PE 0 -> PE 1 through {pgas.info()['transports'][1]}; microseconds per call; "
+                  "MPI/pgas above 1: pgas is faster")
+            print(f"{'size':>7} {'put+quiet':>10} {'MPI Put+Flush':>14} {'MPI/pgas':>9} "
+                  f"{'get':>8} {'MPI Get+Flush':>14} {'MPI/pgas':>9}")
+            for size in SIZES:
+                (put, get), (mpi_put, mpi_get) = ours[size], theirs[size]
+                print(f"{human_bytes(size):>7} {put * 1e6:10.2f} {mpi_put * 1e6:14.2f} {mpi_put / put:9.2f} "
+                      f"{get * 1e6:8.2f} {mpi_get * 1e6:14.2f} {mpi_get / get:9.2f}", flush=True)
+        if args.stretches:
+            _stretches(dest, win, args.stretches)
     pgas.free(dest)
     pgas.finalize()
 

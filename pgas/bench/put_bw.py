@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 import pgas
 
-from ._timing import best_seconds, human_bytes
+from ._timing import best_seconds, human_bytes, window_on_pe1
 
 SIZES = [8 << (2 * k) for k in range(12)] + [64 << 20]   # 8 B, 32 B, ... 32 MiB, 64 MiB
 
@@ -59,21 +59,18 @@ def main(argv=None) -> None:
     comm = MPI.COMM_WORLD
     dest = pgas.zeros(max(SIZES), np.uint8)
     src, local_dest, local_copy = _local_buffers(max(SIZES))
-    win = MPI.Win.Allocate(max(SIZES) if me == 1 else 0, comm=comm)
-    win.Lock_all()
     host = src if isinstance(src, np.ndarray) else np.ones(max(SIZES), np.uint8)
     ours, mpi = {}, {}
-    for size in SIZES:      # pgas and MPI in turn at each size: both see the same machine
-        if me == 0:     # the slices are made once, as for MPI: the loop times the calls alone
-            target, source, copy_target = dest[:size], src[:size], local_dest[:size]
-            ours[size] = (best_seconds(lambda: pgas.put(target, source, 1), iterations(size)),
-                          best_seconds(lambda: local_copy(copy_target, source), iterations(size)))
-        pgas.barrier_all()
-        if me == 0:
-            mpi[size] = mpi_put_seconds(win, host, size)
-        comm.Barrier()      # PE 1 inside MPI meanwhile: its passive-target RMA may need it
-    win.Unlock_all()
-    win.Free()
+    with window_on_pe1(max(SIZES)) as win:
+        for size in SIZES:      # pgas and MPI in turn at each size: both see the same machine
+            if me == 0:     # the slices are made once, as for MPI: the loop times the calls alone
+                target, source, copy_target = dest[:size], src[:size], local_dest[:size]
+                ours[size] = (best_seconds(lambda: pgas.put(target, source, 1), iterations(size)),
+                              best_seconds(lambda: local_copy(copy_target, source), iterations(size)))
+            pgas.barrier_all()
+            if me == 0:
+                mpi[size] = mpi_put_seconds(win, host, size)
+            comm.Barrier()      # PE 1 inside MPI meanwhile: its passive-target RMA may need it
     if me == 0:
         print(f"PE 0 -> PE 1 through {pgas.info()['transports'][1]}; put/copy and put/MPI: "
               "bandwidth ratios (above 1: the put is faster)")

@@ -37,6 +37,7 @@ import pgas.device as dev
 from pgas.runtime._state import runtime
 
 from ._plot import pyplot
+from ._timing import window_on_pe1
 
 REPEATS = 3
 THREADS = [1, 4, 16, 64, 128]
@@ -146,13 +147,9 @@ def _mpi_window_figures(win, iters: int, messages: int) -> dict:
 def mpi_figures(iters: int, messages: int) -> dict | None:
     """The MPI side on PE 0 (None elsewhere): ``Put`` + ``Flush`` and ``Fetch_and_op``
     latency and the batched rates, on a window of PE 1 (collective over COMM_WORLD)."""
-    comm = MPI.COMM_WORLD
-    win = MPI.Win.Allocate(8 * max(THREADS), comm=comm)
-    win.Lock_all()
-    theirs = _mpi_window_figures(win, iters, messages) if comm.Get_rank() == 0 else None
-    comm.Barrier()
-    win.Unlock_all()
-    win.Free()
+    with window_on_pe1(8 * max(THREADS)) as win:
+        theirs = _mpi_window_figures(win, iters, messages) if MPI.COMM_WORLD.Get_rank() == 0 else None
+        MPI.COMM_WORLD.Barrier()
     return theirs
 
 
