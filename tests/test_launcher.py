@@ -63,15 +63,29 @@ def test_a_pe_that_leaves_before_finalize_ends_the_run_and_is_named(tmp_path, cl
 
 
 STOPPED = """
-import os, signal
+import os, signal, time
+from pathlib import Path
 import numpy as np
 import pgas
 pgas.init()
 a = pgas.zeros(4)
 pgas.barrier_all()
+# A handshake through files, not pgas: PE 3 stops only once every PE has left the barrier
+# (its last barrier message could still be in its NIC), and PE 0 gets only once PE 3 is stopped.
+here = Path({here!r})
+def wait_for(ready):
+    while not ready():
+        time.sleep(0.01)
+(here / f"left-{{pgas.my_pe()}}").touch()
 if pgas.my_pe() == 3:
+    wait_for(lambda: all((here / f"left-{{pe}}").exists() for pe in range(3)))
+    (here / "pe3.tmp").write_text(str(os.getpid()))
+    os.rename(here / "pe3.tmp", here / "pe3.pid")
     os.kill(os.getpid(), signal.SIGSTOP)    # stops the PE and its NIC
 elif pgas.my_pe() == 0:
+    wait_for(lambda: (here / "pe3.pid").exists())
+    stat = Path("/proc", (here / "pe3.pid").read_text(), "stat")
+    wait_for(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T")
     pgas.get(np.zeros(4), a, 3)             # PE 3 is on the other node: through the NIC
 pgas.barrier_all()
 pgas.finalize()
@@ -82,7 +96,7 @@ def test_a_stopped_pe_is_named_as_where_the_waits_lead(tmp_path, clean_shm):
     # It used to end blaming only the PE that timed out first ("waited for PE 0 to release
     # the barrier"), PE 3 named nowhere.
     script = tmp_path / "stopped.py"
-    script.write_text(STOPPED)
+    script.write_text(STOPPED.format(here=str(tmp_path)))
     proc = pgasrun(4, "python", str(script), options=["--pes-per-node", "2"], env={"PGAS_TIMEOUT": "4"})
     assert proc.returncode == 1, proc.stderr
     summary = [line for line in proc.stderr.splitlines() if line.startswith("pgasrun: PE")]
