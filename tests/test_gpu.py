@@ -77,6 +77,7 @@ expected[1000:1020:2] = np.arange(10) + 10000 * other
 assert (big.copy_to_host() == expected).all()
 assert words.copy_to_host().tolist() == [5, 0xF0, 41, 9] and w32.copy_to_host()[0] == 0x33 & 0x0F
 assert f64.copy_to_host()[0] == 1.5
+pgas.barrier_all()                                              # both read words before the next add
 assert pgas.atomic_fetch_add(words[:1], 1, other) == 5          # host atomics: a kernel on the NIC path
 pgas.barrier_all()
 dest = pgas.zeros(2, np.int64)
@@ -87,6 +88,8 @@ assert dest.copy_to_host()[0] == 12, dest.copy_to_host()
 mine_of = pgas.zeros(1, np.int64)
 pgas.sum_reducescatter(pgas.TEAM_WORLD, mine_of, dest)          # [12, 6] from each: my block of [24, 12]
 assert mine_of.copy_to_host()[0] == (24, 12)[me], mine_of.copy_to_host()
+pgas.sum_exscan(pgas.TEAM_WORLD, mine_of, mine_of)              # in place: 0 on PE 0, PE 0's 24 on PE 1
+assert mine_of.copy_to_host()[0] == (0, 24)[me], mine_of.copy_to_host()
 # host put/get to the other node: the host's queue pairs; local side in the heap (the NIC's
 # window), host memory (registered), device memory outside the heap (pinned staging, in
 # pieces: 5 MiB is two)

@@ -35,7 +35,7 @@ from cuda.bindings import driver
 
 import pgas
 from pgas.cuda import _heap as _gpu_heap, _state_block as _gpu_state
-from pgas.host import _gpu_ops, _memory
+from pgas.host import _collective_call, _gpu_ops, _memory
 from pgas.nic import _mlx5 as mlx5
 from pgas.nic._regions import MemoryRegion
 from pgas.runtime import _state as _runtime
@@ -579,16 +579,6 @@ def test_host_atomics_run_the_device_atomic_and_fetch_its_value(fake_runtime, fa
     assert kernels == [("atomic_fetch_add", 1, True), ("atomic_inc", 0, False), ("atomic_inc", 0, False)]
 
 
-def test_a_device_reduction_with_a_member_on_another_node_is_refused_before_any_kernel(fake_runtime, fake,
-                                                                                        monkeypatch):
-    """Device reductions read every member's data in place (no NIC path): refused here, since
-    the device's check would trap."""
-    monkeypatch.setattr(_gpu_ops, "_collective_kernel", lambda name: _RecordedKernel(fake))
-    with pytest.raises(pgas.PgasError, match=r"pgas.sum_reduce: PE 2 is on another node and device reductions"):
-        _gpu_ops.collective("sum_reduce", 0, np.zeros(1), np.zeros(1), pes=(0, 2), stream=None, fn="pgas.sum_reduce")
-    assert fake.calls == []
-
-
 class _CopiedArray:
     """A device array's two host copies, recorded among the fake driver's calls."""
 
@@ -606,9 +596,10 @@ class _CopiedArray:
 
 @pytest.mark.parametrize("in_place", [False, True])
 def test_a_host_reduction_over_nodes_goes_through_host_memory_after_the_streams_work(fake_runtime, fake, in_place):
-    """The device reductions read members' data in place, within a node: a host reduction
-    over a team that spans nodes waits for the stream, reduces host copies (the simulator's
-    MPI reduction, here a stand-in) and copies the result back, complete on return."""
+    """The device reductions and scans read members' data in place, within a node: a host
+    one over a team that spans nodes (PE 2 here) waits for the stream, runs on host copies
+    (the simulator's MPI runner, here a stand-in) and copies the result back, complete on
+    return; over a team within the node it is not staged (the device collective runs)."""
     src = _CopiedArray(np.arange(4.0), fake)
     dest = src if in_place else _CopiedArray(np.zeros(4), fake)
     given = []
@@ -616,7 +607,12 @@ def test_a_host_reduction_over_nodes_goes_through_host_memory_after_the_streams_
     def on_host(host_d, host_s):
         given.append((host_d is host_s, host_s.tolist()))
         host_d[...] = host_s * 2
-    _gpu_ops.staged_reduction(dest, src, in_place, None, "pgas.reduce", on_host)
+
+    def call(pes):
+        return SimpleNamespace(rt=fake_runtime, team=SimpleNamespace(pes=pes), fn="pgas.sum_inscan")
+    assert not _collective_call.staged(call((0, 1)), dest, src, in_place, None, on_host)
+    assert fake.names() == [] and given == []
+    assert _collective_call.staged(call((0, 2)), dest, src, in_place, None, on_host)
     assert fake.names() == ["cuStreamSynchronize", "copy_to_host", "copy_to_device"]
     assert fake.args("cuStreamSynchronize") == [(INTERNAL,)]
     assert given == [(in_place, [0.0, 1.0, 2.0, 3.0])] and dest.values.tolist() == [0.0, 2.0, 4.0, 6.0]

@@ -18,6 +18,7 @@ from ..runtime._arrays import array_span, as_ndarray, overlap
 from ..runtime import _state
 from ..runtime._state import runtime
 from ..runtime._team_table import team_of
+from ._mpi_collectives import spans_nodes
 
 __all__ = ["Call", "repeat", "checked_pair", "reduction_pair", "no_overlap", "on_gpu", "pull_all", "READY", "DONE", "RING", "UP0",
            "DOWN0", "UP1", "DOWN1"]
@@ -206,7 +207,19 @@ def on_gpu(call: Call, name: str, d, s, *extra, stream) -> bool:
     if not call.rt.on_gpu:
         return False
     from . import _gpu_ops
-    _gpu_ops.collective(name, call.team.handle, d, s, *extra, pes=call.team.pes, stream=stream, fn=call.fn)
+    _gpu_ops.collective(name, call.team.handle, d, s, *extra, stream=stream, fn=call.fn)
+    return True
+
+
+def staged(call: Call, d, s, in_place: bool, stream, run_on_host) -> bool:
+    """On the cuda backend, a reduction or scan over a team that spans nodes goes through
+    host memory and MPI (``_gpu_ops.staged_collective``; ``run_on_host(host_dest,
+    host_src)`` runs the simulator's runner of ``_mpi_collectives`` on the copies): the
+    device reductions and scans read members' data in place, within a node only; True if so."""
+    if not (call.rt.on_gpu and spans_nodes(call)):
+        return False
+    from . import _gpu_ops
+    _gpu_ops.staged_collective(d, s, in_place, stream, call.fn, run_on_host)
     return True
 
 

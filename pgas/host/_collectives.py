@@ -33,7 +33,7 @@ from ..core._errors import PgasValueError
 from ..core._reductions import reduce_into, reduction_ufunc
 from . import _eager, _mpi_collectives as _mpi
 from ._collective_call import (DONE, DOWN0, DOWN1, READY, RING, UP0, UP1, Call, checked_pair, no_overlap, on_gpu,
-                               pull_all, reduction_pair, repeat)
+                               pull_all, reduction_pair, repeat, staged)
 from ._trees import double_binary_tree
 
 __all__ = ["broadcast", "fcollect", "alltoall", "reduce", "reducescatter", "ALGORITHMS"]
@@ -144,6 +144,9 @@ def alltoall(team, dest, src, stream=None) -> None:
     no_overlap(call, d, s)
     if on_gpu(call, "alltoall", d, s, stream=stream):
         return
+    if _mpi.spans_nodes(call):
+        call.keep(key, _mpi.alltoall_runner(call, d, s))
+        return
     m, me = s.size // call.n, call.me
     mine = slice(me * m, (me + 1) * m)
     blocks = [d[rank * m:(rank + 1) * m] for rank in range(call.n)]
@@ -164,16 +167,14 @@ def reducescatter(team, dest, src, op: str = "sum", stream=None) -> None:
     checked_pair(call, d, s, d.size, call.n * d.size, "src must hold team size x dest.size elements")
     no_overlap(call, d, s)
     ufunc = reduction_ufunc(call.fn, op, d.dtype)
-    m, me = d.size, call.me
-    block = slice(me * m, (me + 1) * m)
-
-    def my_block_on_host(host_d, host_s):       # all of it reduced, this member's block kept
-        whole = np.empty_like(host_s)
-        _mpi.reduce_runner(call, whole, host_s, op, ufunc, False)()
-        host_d[...] = whole[block]
-    if _staged_on_gpu(call, d, s, False, stream, my_block_on_host) or \
+    if staged(call, d, s, False, stream,
+               lambda host_d, host_s: _mpi.reducescatter_runner(call, host_d, host_s, op, ufunc)()) or \
             on_gpu(call, f"{op}_reducescatter", d, s, stream=stream):
         return
+    if _mpi.spans_nodes(call):
+        call.keep(key, _mpi.reducescatter_runner(call, d, s, op, ufunc))
+        return
+    block = slice(call.me * d.size, (call.me + 1) * d.size)
 
     def reduce_my_block():
         reduce_into(d, [call.read(rank, "src", block) for rank in range(call.n)], ufunc)
@@ -199,8 +200,8 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
         raise PgasValueError(
             f"{call.fn}: algorithm={algorithm!r} is one of the simulator's host algorithms; on the cuda "
             "backend a host reduction runs the device all-reduce as a kernel: use algorithm='auto'")
-    if _staged_on_gpu(call, d, s, in_place, stream,
-                      lambda host_d, host_s: _mpi.reduce_runner(call, host_d, host_s, op, ufunc, in_place)()) or \
+    if staged(call, d, s, in_place, stream,
+               lambda host_d, host_s: _mpi.reduce_runner(call, host_d, host_s, op, ufunc, in_place)()) or \
             on_gpu(call, f"{op}_reduce", d, s, stream=stream):
         return
     chosen = auto_algorithm(call.rt, call.team, d.nbytes) if algorithm == "auto" else algorithm
@@ -218,17 +219,6 @@ def reduce(team, dest, src, op: str = "sum", stream=None, *, algorithm: str = "a
     else:
         algorithm_body = {"oneshot": _oneshot, "ring": _ring, "tree": _tree}[chosen]
         call.keep(key, call.general(lambda: algorithm_body(call, d, s, ufunc, in_place)))
-
-
-def _staged_on_gpu(call, d, s, in_place: bool, stream, reduce_on_host) -> bool:
-    """On the cuda backend, a reduction over a team that spans nodes goes through host
-    memory (``_gpu_ops.staged_reduction``; the device reductions read the members' data in
-    place, within a node only); True if so."""
-    if not (call.rt.on_gpu and _mpi.spans_nodes(call)):
-        return False
-    from . import _gpu_ops
-    _gpu_ops.staged_reduction(d, s, in_place, stream, call.fn, reduce_on_host)
-    return True
 
 
 def auto_algorithm(rt, team, nbytes: int) -> str:

@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda
 
 from .. import device as dev
-from ..core._device_errors import REDUCTIONS_IN_PLACE, UNREACHABLE_WHY, device_error
+from ..core._device_errors import UNREACHABLE_WHY, device_error
 from ..core._errors import PgasError
 from ..cuda._driver import checked, device_array_at, numba_stream, stream_handle, stream_scratch, synchronize
 from ..runtime._arrays import array_span
@@ -33,7 +33,7 @@ from ..runtime._failure import device_error_behind
 from ..runtime._state import runtime
 
 __all__ = ["copy", "copy_with", "signal_op", "signal_wait_until", "signal_fetch", "atomic", "quiet", "flush",
-           "team_barrier", "collective", "staged_reduction"]
+           "team_barrier", "collective", "staged_collective"]
 
 COLLECTIVE_THREADS = 512   # one block runs a host-called collective
 
@@ -247,28 +247,22 @@ def _collective_kernel(name: str):
     return cuda.jit(run)
 
 
-def staged_reduction(dest, src, in_place: bool, stream, fn: str, reduce_on_host) -> None:
-    """A host reduction over a team that spans nodes, through host memory: the device
-    reductions read every member's data in place, within a node only. After the work queued
-    on ``stream``, ``src`` is copied to host memory, ``reduce_on_host(host_dest, host_src)``
-    reduces it there (as the simulator does across nodes: MPI), and the result is copied
-    into ``dest``; complete on return."""
+def staged_collective(dest, src, in_place: bool, stream, fn: str, run_on_host) -> None:
+    """A host reduction or scan over a team that spans nodes, through host memory (the
+    device ones read every member's data in place, within a node only): after the work
+    queued on ``stream``, ``src`` is copied to host memory, ``run_on_host(host_dest,
+    host_src)`` runs the collective there (as the simulator does across nodes: MPI), and
+    the result is copied into ``dest``; complete on return. ``in_place``: ``dest`` is ``src``."""
     _wait(_handle(stream, fn), fn)
     host_src = src.copy_to_host()
     host_dest = host_src if in_place else np.empty(dest.shape, dest.dtype)
-    reduce_on_host(host_dest, host_src)
+    run_on_host(host_dest, host_src)
     dest.copy_to_device(host_dest)
 
 
-def collective(name: str, team: int, dest, src, *extra, pes, stream, fn: str) -> None:
+def collective(name: str, team: int, dest, src, *extra, stream, fn: str) -> None:
     """Run device collective ``name`` (``broadcast``, ``fcollect``, ``alltoall``,
-    ``<op>_reduce``, ``<op>_reducescatter``) over ``team`` (its members: ``pes``) as a
-    one-block kernel. Device reductions read every member's data in place: a member on
-    another node is refused here, before the kernel (a device check would trap; host
-    reductions over such teams go through ``staged_reduction``)."""
-    if name.endswith(("_reduce", "_reducescatter")):
-        heap = runtime(fn).heap
-        for pe in pes:
-            if not heap.reachable(pe):
-                raise device_error("UNREACHABLE", fn, "", REDUCTIONS_IN_PLACE, a=pe)
+    ``<op>_reduce``, ``<op>_reducescatter``, ``<op>_inscan``, ``<op>_exscan``) over
+    ``team`` as a one-block kernel. The reductions and scans read members' data in place:
+    host ones over teams that span nodes go through ``staged_collective`` instead."""
     _launch(_collective_kernel(name), COLLECTIVE_THREADS, stream, fn, team, dest, src, *extra)

@@ -19,7 +19,8 @@ from ..runtime._barrier import wait_requests
 from . import _mpi_exchange as exchange
 from ._fold_code import compiled_fold
 
-__all__ = ["spans_nodes", "reduce_runner", "broadcast_runner", "fcollect_runner"]
+__all__ = ["spans_nodes", "reduce_runner", "reducescatter_runner", "broadcast_runner", "fcollect_runner",
+           "alltoall_runner", "scan_runner"]
 
 _MPI_OPS = {"sum": "SUM", "prod": "PROD", "min": "MIN", "max": "MAX", "and": "BAND", "or": "BOR", "xor": "BXOR"}
 # integers MPI reduces exactly as numpy does (wrapping), in any order
@@ -102,7 +103,14 @@ def _exchange_reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, 
                               [(gathered[rank], rank) for rank in _others(call)],
                               local=(gathered[call.me], s) if copied else None).runner()
     rows = [row if rank != call.me or copied else s for rank, row in enumerate(gathered)]
-    fold = compiled_fold(s.dtype, op) if d.flags.c_contiguous else None
+    return _folding_runner(moves, d, rows, op, ufunc, keep=(gathered, s))
+
+
+def _folding_runner(moves, d: np.ndarray, rows: list, op: str, ufunc, keep: tuple):
+    """A function that runs ``moves()`` and then folds ``rows`` into ``d`` in rank order
+    (native code where the dtype and op have it: ``_fold_code``); ``keep``: the arrays
+    ``rows`` lie in, held while the function lives (native code holds their addresses)."""
+    fold = compiled_fold(d.dtype, op) if d.flags.c_contiguous else None
     if fold is None:
 
         def run():
@@ -110,12 +118,33 @@ def _exchange_reduce_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, 
             reduce_into(d, rows, ufunc)
         return run
     addresses = np.array([row.ctypes.data for row in rows], np.uint64)
-    arguments = (d.ctypes.data, addresses.ctypes.data, call.n, s.size)
+    arguments = (d.ctypes.data, addresses.ctypes.data, len(rows), d.size)
 
-    def run(keep=(addresses, gathered, s)):     # (the default keeps what the addresses point to alive)
+    def run(keep=(addresses, keep)):     # (the default keeps what the addresses point to alive)
         moves()
         fold(*arguments)
     return run
+
+
+def reducescatter_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc):
+    """Member i's ``d`` = ``op`` over block i of every member's ``s`` (``d`` and ``s`` do
+    not overlap): each member's block i goes to member i (one exchange of messages where
+    small, or on two members; else MPI's all-to-all), which folds them in rank order
+    (numpy's bits). Each member moves its ``s`` once, not every member's whole."""
+    n, me, m = call.n, call.me, d.size
+    blocks = s.reshape(n, m)
+    pieces = np.empty((n, m), s.dtype)
+    if _exchanged(call, d.nbytes):
+        moves = exchange.Exchange(call, "reducescatter", [(blocks[rank], rank) for rank in _others(call)],
+                                  [(pieces[rank], rank) for rank in _others(call)]).runner()
+        rows = [blocks[me] if rank == me else pieces[rank] for rank in range(n)]
+    else:
+        comm = call.team.comm
+
+        def moves():
+            _wait(call, [comm.Ialltoall(_typeless(s), _typeless(pieces))], s.nbytes)
+        rows = list(pieces)
+    return _folding_runner(moves, d, rows, op, ufunc, keep=(pieces, s))
 
 
 def _typeless(a: np.ndarray) -> list:
@@ -199,4 +228,33 @@ def fcollect_runner(call, d: np.ndarray, s: np.ndarray):
 
     def run():
         _wait(call, [call.team.comm.Iallgather(_typeless(s), _typeless(d))], d.nbytes)
+    return run
+
+
+def alltoall_runner(call, d: np.ndarray, s: np.ndarray):
+    """Block j of ``s`` into block ``call.me`` of member j's ``d`` (equal blocks)."""
+    n, me = call.n, call.me
+    sent, received = s.reshape(n, -1), d.reshape(n, -1)
+    if _exchanged(call, received[0].nbytes):
+        return exchange.Exchange(call, "alltoall", [(sent[rank], rank) for rank in _others(call)],
+                                 [(received[rank], rank) for rank in _others(call)],
+                                 local=(received[me], sent[me])).runner()
+
+    def run():
+        _wait(call, [call.team.comm.Ialltoall(_typeless(s), _typeless(d))], d.nbytes)
+    return run
+
+
+def scan_runner(call, d: np.ndarray, s: np.ndarray, ufunc, last: int, start):
+    """A scan: ``d`` = ``ufunc`` folded in rank order over the ``s`` of members 0 ..
+    ``last``-1, ``start`` (the op's identity) where ``last`` is 0. Every member's ``s``
+    comes by MPI's all-gather (``d`` may be ``s``: the fold reads the gathered copies)."""
+    gathered = np.empty((call.n, s.size), s.dtype)
+
+    def run():
+        _wait(call, [call.team.comm.Iallgather(_typeless(s), _typeless(gathered))], gathered.nbytes)
+        if last == 0:
+            d[...] = start
+        else:
+            reduce_into(d, list(gathered[:last]), ufunc)
     return run

@@ -14,17 +14,16 @@ On a team whose members are all on this node, member r reads the ``src`` of memb
 folds them. On a team that spans nodes, the members' arrays come by MPI's all-gather on
 the team's communicator (as the other host collectives there) and each folds its prefix.
 On the cuda backend the device scan runs as a one-block kernel on ``stream``, like the
-other host collectives; as the device reductions, it needs every member on this node.
+other host collectives; on a team that spans nodes (the device scan reads members' data
+in place, within a node) it runs on host copies, as the simulator's does.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..core._device_errors import REDUCTIONS_IN_PLACE, device_error
 from ..core._reductions import OPS, REDUCTION_DTYPES, identity, ops_for, reduce_into
-from ..runtime._barrier import wait_requests
-from ._collective_call import Call, on_gpu, pull_all, reduction_pair, repeat
-from ._mpi_collectives import spans_nodes
+from ._collective_call import Call, on_gpu, pull_all, reduction_pair, repeat, staged
+from ._mpi_collectives import scan_runner, spans_nodes
 
 __all__: list[str] = []   # filled below: <op>_inscan and <op>_exscan for every op
 
@@ -36,16 +35,14 @@ def _scan(op: str, exclusive: bool, team, dest, src, stream) -> None:
         return
     call = Call(f"pgas.{op}_{kind}", team)
     d, s, in_place, ufunc = reduction_pair(call, dest, src, op)
-    if call.rt.on_gpu:
-        for pe in call.team.pes:
-            if not call.rt.heap.reachable(pe):
-                raise device_error("UNREACHABLE", call.fn, "", REDUCTIONS_IN_PLACE, a=pe)
-    if on_gpu(call, f"{op}_{kind}", d, s, stream=stream):
-        return
     last = call.me if exclusive else call.me + 1     # members 0 .. last-1 are folded
     start = identity(op, d.dtype)
+    if staged(call, d, s, in_place, stream,
+              lambda host_d, host_s: scan_runner(call, host_d, host_s, ufunc, last, start)()) or \
+            on_gpu(call, f"{op}_{kind}", d, s, stream=stream):
+        return
     if spans_nodes(call):
-        call.keep(key, _gathered(call, d, s, ufunc, last, start))
+        call.keep(key, scan_runner(call, d, s, ufunc, last, start))
         return
     result = np.empty_like(d) if in_place else d
 
@@ -60,25 +57,6 @@ def _scan(op: str, exclusive: bool, team, dest, src, stream) -> None:
         if in_place:
             np.copyto(d, result)
     call.keep(key, call.general(run))
-
-
-def _gathered(call: Call, d, s, ufunc, last: int, start):
-    """The scan on a team that spans nodes: every member's ``src`` by MPI's all-gather on
-    the team's communicator, then this member's prefix folded in rank order."""
-    gathered = np.empty((call.n, s.size), s.dtype)
-
-    def others():
-        return [pe for rank, pe in enumerate(call.team.pes) if rank != call.me]
-
-    def run():
-        request = call.team.comm.Iallgather(s, gathered)
-        wait_requests([request], call.fn, lambda: f"the other members of the team (PEs {others()})", others,
-                      gathered.nbytes)
-        if last == 0:
-            d[...] = start
-        else:
-            reduce_into(d, list(gathered[:last]), ufunc)
-    return run
 
 
 def _make(op: str, exclusive: bool):

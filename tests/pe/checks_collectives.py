@@ -536,7 +536,8 @@ def check_small_calls_across_nodes_as_one_exchange_of_messages():
     exchange of persistent MPI messages (``_mpi_exchange``): calls on two pairs of arrays
     alternate (two kept exchanges of one kind, matched in call order), broadcast roots run
     ahead of sleeping readers, the all-reduce folds every dtype in rank order (compiled
-    folds, and numpy's for float16 and bool), in place too; at the size limit and one
+    folds, and numpy's for float16 and bool), in place too, alltoall and reducescatter
+    blocks reach their members (per member block); at the size limit and one
     element past it (MPI's own collectives on the world of 3 or more, still the exchange
     on a team of 2, whatever the size) alike, on the world and a split team."""
     import time
@@ -567,6 +568,16 @@ def check_small_calls_across_nodes_as_one_exchange_of_messages():
                     assert np.all(dest.copy_to_host() == 10 * pes[root] + step), (name, count, step)
                     pgas.reduce(team, src, src, "max")       # in place
                     assert np.all(src.copy_to_host() == 10 * max(pes) + step), (name, count, step)
+                    blocks, rank = gathered[which][:size * count], pgas.team_my_pe(team)
+                    blocks.copy_to_device(np.arange(size * count, dtype=np.float32) + 1000 * me + step)
+                    exchanged = gathered[1 - which][:size * count]
+                    pgas.alltoall(team, exchanged, blocks)
+                    mine = np.arange(rank * count, (rank + 1) * count, dtype=np.float32) + step
+                    want = np.concatenate([mine + 1000 * pe for pe in pes])
+                    assert np.array_equal(exchanged.copy_to_host(), want), ("alltoall", name, count, step)
+                    pgas.reducescatter(team, dest, blocks)
+                    assert np.array_equal(dest.copy_to_host(), sum(mine + 1000 * pe for pe in pes)), \
+                        ("reducescatter", name, count, step)
             for dtype in (np.int8, np.uint64, np.float16, np.float64, np.bool_):
                 src, dest = pgas.empty(count, dtype), pgas.empty(count, dtype)
                 if team is not None:
