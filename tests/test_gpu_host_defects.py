@@ -579,29 +579,26 @@ def test_host_atomics_run_the_device_atomic_and_fetch_its_value(fake_runtime, fa
     assert kernels == [("atomic_fetch_add", 1, True), ("atomic_inc", 0, False), ("atomic_inc", 0, False)]
 
 
-class _CopiedArray:
-    """A device array's two host copies, recorded among the fake driver's calls."""
+class _DeviceArray:
+    """A device array as pgas sees one (``__cuda_array_interface__``), over ``values``' host
+    memory, or at ``address`` (where nothing may read it)."""
 
-    def __init__(self, values: np.ndarray, fake):
-        self.values, self.fake, self.shape, self.dtype = values, fake, values.shape, values.dtype
-
-    def copy_to_host(self):
-        self.fake.calls.append(("copy_to_host", ()))
-        return self.values.copy()
-
-    def copy_to_device(self, host):
-        self.fake.calls.append(("copy_to_device", ()))
-        self.values[...] = host
+    def __init__(self, values: np.ndarray, address: int | None = None):
+        self.values, self.dtype, self.shape, self.size = values, values.dtype, values.shape, values.size
+        self.__cuda_array_interface__ = {"data": (address or values.ctypes.data, False), "shape": values.shape,
+                                         "typestr": values.dtype.str, "version": 3}
 
 
 @pytest.mark.parametrize("in_place", [False, True])
 def test_a_host_reduction_over_nodes_goes_through_host_memory_after_the_streams_work(fake_runtime, fake, in_place):
     """The device reductions and scans read members' data in place, within a node: a host
     one over a team that spans nodes (PE 2 here) waits for the stream, runs on host copies
-    (the simulator's MPI runner, here a stand-in) and copies the result back, complete on
-    return; over a team within the node it is not staged (the device collective runs)."""
-    src = _CopiedArray(np.arange(4.0), fake)
-    dest = src if in_place else _CopiedArray(np.zeros(4), fake)
+    (the simulator's MPI runner, here a stand-in) and copies the result back, each copy
+    queued on the stream and waited for, complete on return; over a team within the node
+    it is not staged (the device collective runs)."""
+    fake.answers["cuMemcpyAsync"] = lambda dst, src, nbytes, stream: ctypes.memmove(dst, src, nbytes) and None
+    src = _DeviceArray(np.arange(4.0))
+    dest = src if in_place else _DeviceArray(np.zeros(4))
     given = []
 
     def on_host(host_d, host_s):
@@ -612,20 +609,13 @@ def test_a_host_reduction_over_nodes_goes_through_host_memory_after_the_streams_
         return SimpleNamespace(rt=fake_runtime, team=SimpleNamespace(pes=pes), fn="pgas.sum_inscan")
     assert not _collective_call.staged(call((0, 1)), dest, src, in_place, None, on_host)
     assert fake.names() == [] and given == []
-    assert _collective_call.staged(call((0, 2)), dest, src, in_place, None, on_host)
-    assert fake.names() == ["cuStreamSynchronize", "copy_to_host", "copy_to_device"]
-    assert fake.args("cuStreamSynchronize") == [(INTERNAL,)]
+    assert _collective_call.staged(call((0, 2)), dest, src, in_place, 0x777, on_host)
+    assert fake.names() == ["cuStreamSynchronize", "cuMemcpyAsync", "cuStreamSynchronize", "cuMemcpyAsync",
+                            "cuStreamSynchronize"]
+    assert {args[-1] for args in fake.args("cuStreamSynchronize") + fake.args("cuMemcpyAsync")} == {0x777}
+    (_, from_gpu, _, _), (to_gpu, _, nbytes, _) = fake.args("cuMemcpyAsync")
+    assert (from_gpu, to_gpu, nbytes) == (src.values.ctypes.data, dest.values.ctypes.data, 32)
     assert given == [(in_place, [0.0, 1.0, 2.0, 3.0])] and dest.values.tolist() == [0.0, 2.0, 4.0, 6.0]
-
-
-class _DeviceArray:
-    """A device array as pgas sees one (``__cuda_array_interface__``), over ``values``' host
-    memory, or at ``address`` (where nothing may read it)."""
-
-    def __init__(self, values: np.ndarray, address: int | None = None):
-        self.values, self.dtype = values, values.dtype
-        self.__cuda_array_interface__ = {"data": (address or values.ctypes.data, False), "shape": values.shape,
-                                         "typestr": values.dtype.str, "version": 3}
 
 
 class _NicTransports:

@@ -104,11 +104,12 @@ def _plot(path: str, rows: list, n: int, nodes: int, names) -> None:
 
 def allocate(n: int, max_bytes: int, names=DEFAULT) -> dict:
     """The symmetric and MPI buffers for collectives ``names`` at sizes up to ``max_bytes``
-    per PE (collective)."""
+    per PE (collective): (2 + n) x ``max_bytes`` of heap per PE, (2 + 2n) x with alltoall
+    (PGAS_SYMMETRIC_SIZE may need raising: 1g holds 64 MiB on up to 6 PEs with alltoall)."""
     most = max_bytes // 4
     arrays = {"src": pgas.full(most, 1.0, np.float32), "dest": pgas.empty(most, np.float32),
               "gathered": pgas.empty(n * most, np.float32), "mpi_src": np.ones(most, np.float32),
-              "mpi_dest": np.empty(most, np.float32), "mpi_gathered": np.empty(n * most, np.float32)}
+              "mpi_dest": np.empty(most, np.float32), "mpi_gathered": np.ones(n * most, np.float32)}
     if "alltoall" in names:
         arrays["scattered"], arrays["mpi_scattered"] = pgas.empty(n * most, np.float32), np.empty(n * most, np.float32)
     return arrays

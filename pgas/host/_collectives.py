@@ -3,7 +3,8 @@
 Every member reads what it needs straight from its peers' mapped heaps (pull) and does
 the arithmetic with numpy on whole slices, so data moves at memory speed. Members on
 other nodes are read through the NIC (RDMA reads of the same slices and of the progress
-words), so every collective also works on teams that span nodes. Members
+words) where a named all-reduce algorithm asks for it, so these also work on teams that
+span nodes. Members
 coordinate through progress words in the heap: each publishes how far it has got
 (release store) and waits for the peers it reads from (acquire loads, PGAS_TIMEOUT;
 ``_collective_call``).
@@ -16,13 +17,16 @@ All-reduce (``reduce``) has three algorithms:
   the data, in pipelined chunks reduced up the tree and copied down.
 
 ``auto`` picks by size and PE count (measured crossovers: docs/collectives.md). On a team
-that spans nodes, all-reduce (``auto``, or ``mpi`` anywhere), broadcast and fcollect use
-MPI's own collectives on the team's communicator (``_mpi_collectives``: measured between
-hosts, 100x faster than reading through a remote engine); a named algorithm runs pgas's own.
-``stream`` is accepted for source compatibility; on the simulator backend these are
-synchronous. On the cuda backend every collective, after the same argument checks, runs
-the device collective of ``pgas.device`` as a one-block kernel queued on ``stream``
-(``_gpu_ops.collective``), as NVSHMEM's ``*_on_stream`` collectives do.
+that spans nodes, all-reduce (``auto``, or ``mpi`` anywhere), broadcast, fcollect,
+alltoall and reducescatter use MPI on the team's communicator (``_mpi_collectives``:
+measured between hosts, 100x faster than reading through a remote engine); a named
+algorithm runs pgas's own. ``stream`` is accepted for source compatibility; on the
+simulator backend these are synchronous. On the cuda backend every collective, after the
+same argument checks, runs the device collective of ``pgas.device`` as a one-block kernel
+queued on ``stream`` (``_gpu_ops.collective``), as NVSHMEM's ``*_on_stream`` collectives
+do; but a reduction over a team that spans nodes runs ``_mpi_collectives`` on host copies
+(``_collective_call.staged``: the device reductions read members' data in place, within
+a node only).
 """
 from __future__ import annotations
 

@@ -252,12 +252,18 @@ def staged_collective(dest, src, in_place: bool, stream, fn: str, run_on_host) -
     device ones read every member's data in place, within a node only): after the work
     queued on ``stream``, ``src`` is copied to host memory, ``run_on_host(host_dest,
     host_src)`` runs the collective there (as the simulator does across nodes: MPI), and
-    the result is copied into ``dest``; complete on return. ``in_place``: ``dest`` is ``src``."""
-    _wait(_handle(stream, fn), fn)
-    host_src = src.copy_to_host()
+    the result is copied into ``dest``; complete on return. ``in_place``: ``dest`` is
+    ``src``. Both copies are queued on the stream and waited for: a synchronous copy from
+    pageable memory may return before its data lands, unordered with the internal stream."""
+    handle = _handle(stream, fn)
+    _wait(handle, fn)
+    host_src = np.empty(src.shape, src.dtype)
+    copy(host_src, src, src.size, stream, fn, nbi=True)
+    _wait(handle, fn)
     host_dest = host_src if in_place else np.empty(dest.shape, dest.dtype)
     run_on_host(host_dest, host_src)
-    dest.copy_to_device(host_dest)
+    copy(dest, host_dest, dest.size, stream, fn, nbi=True)
+    _wait(handle, fn)
 
 
 def collective(name: str, team: int, dest, src, *extra, stream, fn: str) -> None:
