@@ -245,16 +245,31 @@ def alltoall_runner(call, d: np.ndarray, s: np.ndarray):
     return run
 
 
-def scan_runner(call, d: np.ndarray, s: np.ndarray, ufunc, last: int, start):
-    """A scan: ``d`` = ``ufunc`` folded in rank order over the ``s`` of members 0 ..
-    ``last``-1, ``start`` (the op's identity) where ``last`` is 0. Every member's ``s``
-    comes by MPI's all-gather (``d`` may be ``s``: the fold reads the gathered copies)."""
-    gathered = np.empty((call.n, s.size), s.dtype)
+def scan_runner(call, d: np.ndarray, s: np.ndarray, op: str, ufunc, last: int, start):
+    """A scan: ``d`` = ``op`` folded in rank order over the ``s`` of members 0 ..
+    ``last``-1 (``last`` is this member's rank, exclusive, or one more, inclusive), ``start``
+    (the op's identity) where ``last`` is 0; ``d`` may be ``s``. Small ones, and any on two
+    members, as one exchange of messages (each member's ``s`` to the members after it);
+    else every member's ``s`` by MPI's all-gather."""
+    n, me = call.n, call.me
+    gathered = np.empty((n, s.size), s.dtype)
+    if _exchanged(call, s.nbytes):
+        copied = last > me >= 2 and np.shares_memory(d, s)     # own row read after the first pass wrote d
+        moves = exchange.Exchange(call, "inscan" if last > me else "exscan",
+                                  [(s, rank) for rank in range(me + 1, n)],
+                                  [(gathered[rank], rank) for rank in range(me)],
+                                  local=(gathered[me], s) if copied else None).runner()
+        rows = [gathered[rank] if rank != me or copied else s for rank in range(last)]
+    else:
+        comm = call.team.comm
 
-    def run():
-        _wait(call, [call.team.comm.Iallgather(_typeless(s), _typeless(gathered))], gathered.nbytes)
-        if last == 0:
+        def moves():
+            _wait(call, [comm.Iallgather(_typeless(s), _typeless(gathered))], gathered.nbytes)
+        rows = list(gathered[:last])
+    if last == 0:
+
+        def run():
+            moves()
             d[...] = start
-        else:
-            reduce_into(d, list(gathered[:last]), ufunc)
-    return run
+        return run
+    return _folding_runner(moves, d, rows, op, ufunc, keep=(gathered, s))

@@ -3,8 +3,8 @@ messages, started and completed by native code (``pgas.wire._mpi``).
 
 A member sends its part straight to every member that needs it and receives theirs
 straight into place (fcollect, alltoall: ``dest``'s blocks; broadcast: ``dest``;
-all-reduce, reduce-scatter: a buffer of the members' arrays or blocks, folded in rank
-order after), one round, on requests made once per kept call (persistent point-to-point
+all-reduce, reduce-scatter, scans: a buffer of the members' arrays or blocks, folded in
+rank order after), one round, on requests made once per kept call (persistent point-to-point
 requests are not collective: nothing for the members to agree on at set-up, unlike
 MPI's persistent collectives). Measured between two hosts this beats MPI's own
 collectives at small sizes, where they cost more in their schedules and our Python than
@@ -29,7 +29,8 @@ MEMBERS = 8             # teams up to this size exchange directly (each member s
 BYTES = 64 << 10        # and arrays up to this many bytes per member (any size on 2 members,
 MAX_MESSAGE = (1 << 31) - 1     # up to this: a message's count of bytes is an MPI int)
 _KEPT_BROKEN: list = []  # the arrays of dropped broken exchanges: their requests may still land in them
-_TAGS = {"reduce": 0x9B0, "broadcast": 0x9B1, "fcollect": 0x9B2, "alltoall": 0x9B3, "reducescatter": 0x9B4}
+_TAGS = {"reduce": 0x9B0, "broadcast": 0x9B1, "fcollect": 0x9B2, "alltoall": 0x9B3, "reducescatter": 0x9B4,
+         "inscan": 0x9B5, "exscan": 0x9B6}
 
 
 def as_bytes(a: np.ndarray) -> np.ndarray:

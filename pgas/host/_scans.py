@@ -11,8 +11,10 @@ otherwise they must not overlap.
 
 On a team whose members are all on this node, member r reads the ``src`` of members 0..r
 (or 0..r-1) from their mapped heaps between a ready and a done step (``pull_all``) and
-folds them. On a team that spans nodes, the members' arrays come by MPI's all-gather on
-the team's communicator (as the other host collectives there) and each folds its prefix.
+folds them. On a team that spans nodes they come by MPI on the team's communicator (as
+the other host collectives there: ``_mpi_collectives.scan_runner``; small ones each
+member's array sent to the members after it, larger ones MPI's all-gather) and each
+folds its prefix.
 On the cuda backend the device scan runs as a one-block kernel on ``stream``, like the
 other host collectives; on a team that spans nodes (the device scan reads members' data
 in place, within a node) it runs on host copies, as the simulator's does.
@@ -38,11 +40,11 @@ def _scan(op: str, exclusive: bool, team, dest, src, stream) -> None:
     last = call.me if exclusive else call.me + 1     # members 0 .. last-1 are folded
     start = identity(op, d.dtype)
     if staged(call, d, s, in_place, stream,
-              lambda host_d, host_s: scan_runner(call, host_d, host_s, ufunc, last, start)()) or \
+              lambda host_d, host_s: scan_runner(call, host_d, host_s, op, ufunc, last, start)()) or \
             on_gpu(call, f"{op}_{kind}", d, s, stream=stream):
         return
     if spans_nodes(call):
-        call.keep(key, scan_runner(call, d, s, ufunc, last, start))
+        call.keep(key, scan_runner(call, d, s, op, ufunc, last, start))
         return
     result = np.empty_like(d) if in_place else d
 

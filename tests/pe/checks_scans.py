@@ -250,3 +250,24 @@ def check_device_scan_errors():
         kernels("sum_exscan")[0][1, 1](20, a, a)
     pgas.free(b)
     pgas.free(a)
+
+
+def check_host_scans_past_the_exchange_size():
+    """Across nodes, scans of up to 64 KiB per member run as one exchange of messages and
+    larger ones by MPI's all-gather (on teams of 3 or more): a float sum and an int max
+    just past that size, in place and not, on the world."""
+    from pgas.host import _mpi_exchange
+    me, n = pgas.my_pe(), pgas.n_pes()
+    for dtype, op in ((np.float32, "sum"), (np.int64, "max")):
+        count = _mpi_exchange.BYTES // np.dtype(dtype).itemsize + 1
+        src, dest = pgas.empty(count, dtype), pgas.empty(count, dtype)
+        for exclusive in (False, True):
+            scan = getattr(pgas, f"{op}_{'exscan' if exclusive else 'inscan'}")
+            want = want_for(op, exclusive, pgas.TEAM_WORLD, count, dtype)
+            src.copy_to_device(values(me, count, dtype, op))
+            scan(pgas.TEAM_WORLD, dest, src)
+            assert same_bits(dest.copy_to_host(), want), (dtype, op, exclusive)
+            scan(pgas.TEAM_WORLD, src, src)
+            assert same_bits(src.copy_to_host(), want), ("in place", dtype, op, exclusive)
+        pgas.free(dest)
+        pgas.free(src)
