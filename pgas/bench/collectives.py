@@ -2,17 +2,17 @@
 size, in the same run.
 
     pgasrun -np 2 python -m pgas.bench collectives [--plot collectives.png] [--max-bytes 64m]
-    pgasrun -np 4 python -m pgas.bench collectives [--collectives alltoall,reducescatter]
+    pgasrun -np 4 python -m pgas.bench collectives [--collectives alltoall,reducescatter,inscan]
 
 From 8 B to 64 MiB per PE, on TEAM_WORLD with ``algorithm="auto"``: ``pgas.reduce``
 (float32 sum) against ``Allreduce``, ``pgas.broadcast`` from rank 0 in place (dest is
 src, as MPI's one buffer) against ``Bcast``, and ``pgas.fcollect`` (that many bytes from
 each PE) against ``Allgather``; with ``--collectives``, also ``pgas.alltoall`` (that many
-bytes to each PE) against ``Alltoall`` and ``pgas.reducescatter`` (float32 sum, that
-many bytes kept by each PE) against ``Reduce_scatter_block``. At each size and for each
-collective pgas and MPI take
-turns, batch after batch; a figure is the slowest PE's mean time per call in the best
-batch. ``MPI/pgas`` above 1 means pgas is faster. Every result is checked once.
+bytes to each PE) against ``Alltoall``, ``pgas.reducescatter`` (float32 sum, that many
+bytes kept by each PE) against ``Reduce_scatter_block`` and ``pgas.sum_inscan`` (float32)
+against ``Scan``. At each size and for each collective pgas and MPI take turns, batch
+after batch; a figure is the slowest PE's mean time per call in the best batch.
+``MPI/pgas`` above 1 means pgas is faster. Every result is checked once.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from ._plot import pyplot
 from ._timing import human_bytes, slowest_pe_seconds
 
 SIZES = [8 << (2 * k) for k in range(13)] + [64 << 20]     # 8 B, 32 B, ... 32 MiB, 64 MiB
-COLLECTIVES = ("reduce", "broadcast", "fcollect", "alltoall", "reducescatter")
+COLLECTIVES = ("reduce", "broadcast", "fcollect", "alltoall", "reducescatter", "inscan")
 DEFAULT = COLLECTIVES[:3]
 BATCHES = 4
 
@@ -51,7 +51,8 @@ def _calls(comm, n: int, count: int, arrays: dict) -> dict:
              "broadcast": (lambda: pgas.broadcast(world, dest, dest, 0), lambda: comm.Bcast(mpi_dest, 0)),
              "fcollect": (lambda: pgas.fcollect(world, gathered, src), lambda: comm.Allgather(mpi_src, mpi_gathered)),
              "reducescatter": (lambda: pgas.reducescatter(world, dest, gathered),
-                               lambda: comm.Reduce_scatter_block(mpi_gathered, mpi_dest, op=MPI.SUM))}
+                               lambda: comm.Reduce_scatter_block(mpi_gathered, mpi_dest, op=MPI.SUM)),
+             "inscan": (lambda: pgas.sum_inscan(world, dest, src), lambda: comm.Scan(mpi_src, mpi_dest, op=MPI.SUM))}
     if "scattered" in arrays:
         scattered, mpi_scattered = arrays["scattered"][:n * count], arrays["mpi_scattered"][:n * count]
         calls["alltoall"] = (lambda: pgas.alltoall(world, scattered, gathered),
@@ -72,6 +73,9 @@ def _check(me: int, n: int, count: int, arrays: dict, names) -> None:
     if "reducescatter" in names:
         pgas.reducescatter(world, dest, gathered)
         assert np.all(dest.copy_to_host() == n), "the reducescatter result is wrong"
+    if "inscan" in names:
+        pgas.sum_inscan(world, dest, src)
+        assert np.all(dest.copy_to_host() == me + 1), "the inscan result is wrong"
     if "alltoall" in names:
         gathered.copy_to_device(np.repeat(np.arange(n, dtype=np.float32) + n * me, count))
         pgas.alltoall(world, arrays["scattered"][:n * count], gathered)
