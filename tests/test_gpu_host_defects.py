@@ -592,9 +592,9 @@ class _DeviceArray:
 @pytest.mark.parametrize("in_place", [False, True])
 def test_a_host_reduction_over_nodes_goes_through_host_memory_after_the_streams_work(fake_runtime, fake, in_place):
     """The device reductions and scans read members' data in place, within a node: a host
-    one over a team that spans nodes (PE 2 here) waits for the stream, runs on host copies
-    (the simulator's MPI runner, here a stand-in) and copies the result back, each copy
-    queued on the stream and waited for, complete on return; over a team within the node
+    one over a team that spans nodes (PE 2 here) copies its src out behind the stream's
+    work, runs on host copies (the simulator's MPI runner, here a stand-in) and copies the
+    result back, each copy queued on the stream and waited for, complete on return; over a team within the node
     it is not staged (the device collective runs)."""
     fake.answers["cuMemcpyAsync"] = lambda dst, src, nbytes, stream: ctypes.memmove(dst, src, nbytes) and None
     src = _DeviceArray(np.arange(4.0))
@@ -610,8 +610,7 @@ def test_a_host_reduction_over_nodes_goes_through_host_memory_after_the_streams_
     assert not _collective_call.staged(call((0, 1)), dest, src, in_place, None, on_host)
     assert fake.names() == [] and given == []
     assert _collective_call.staged(call((0, 2)), dest, src, in_place, 0x777, on_host)
-    assert fake.names() == ["cuStreamSynchronize", "cuMemcpyAsync", "cuStreamSynchronize", "cuMemcpyAsync",
-                            "cuStreamSynchronize"]
+    assert fake.names() == ["cuMemcpyAsync", "cuStreamSynchronize", "cuMemcpyAsync", "cuStreamSynchronize"]
     assert {args[-1] for args in fake.args("cuStreamSynchronize") + fake.args("cuMemcpyAsync")} == {0x777}
     (_, from_gpu, _, _), (to_gpu, _, nbytes, _) = fake.args("cuMemcpyAsync")
     assert (from_gpu, to_gpu, nbytes) == (src.values.ctypes.data, dest.values.ctypes.data, 32)

@@ -253,10 +253,10 @@ def staged_collective(dest, src, in_place: bool, stream, fn: str, run_on_host) -
     queued on ``stream``, ``src`` is copied to host memory, ``run_on_host(host_dest,
     host_src)`` runs the collective there (as the simulator does across nodes: MPI), and
     the result is copied into ``dest``; complete on return. ``in_place``: ``dest`` is
-    ``src``. Both copies are queued on the stream and waited for: a synchronous copy from
-    pageable memory may return before its data lands, unordered with the internal stream."""
+    ``src``. Both copies are queued on the stream (the first after its work) and waited
+    for: a synchronous copy from pageable memory may return before its data lands,
+    unordered with the internal stream."""
     handle = _handle(stream, fn)
-    _wait(handle, fn)
     host_src = np.empty(src.shape, src.dtype)
     copy(host_src, src, src.size, stream, fn, nbi=True)
     _wait(handle, fn)
