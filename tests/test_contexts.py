@@ -1,10 +1,11 @@
 """Communication contexts (``pgas.ctx_create``): RMA and atomics on a context, its own
 ``quiet``, team contexts, misuse; on one node and across emulated nodes over every remote
 engine, where a context's ``quiet`` also shows that it completes (and reports the
-failures of) only its own requests."""
+failures of) only its own requests. ``CTX_INVALID``: what ``team_create_ctx`` gives for
+TEAM_INVALID (None), refused by every call, also under PGAS_CHECK=1."""
 import pytest
 
-from conftest import pe_lines, pgasrun, transport_env
+from conftest import backend_in_use, pe_lines, pgasrun, transport_env
 
 CONTEXTS = r"""
 import threading
@@ -102,7 +103,7 @@ pgas.CTX_DEFAULT.quiet()
 for bad, text in [(lambda: pgas.ctx_create(8), "options"), (lambda: pgas.ctx_create(True), "options"),
                   (lambda: pgas.ctx_destroy(pgas.CTX_DEFAULT), "CTX_DEFAULT"),
                   (lambda: pgas.ctx_destroy("ctx"), "ctx must be"),
-                  (lambda: pgas.team_create_ctx(None), "team")]:
+                  (lambda: pgas.team_create_ctx(30), "team 30 is not a team of PE")]:
     try:
         bad()
         raise AssertionError(f"expected a PgasError about {text}")
@@ -187,12 +188,70 @@ pgas.finalize()
 print("ok")
 """
 
-def _run(tmp_path, program: str, n: int, options=(), env=None) -> None:
+INVALID = r"""
+import numpy as np
+import pgas
+
+pgas.init()
+me, n = pgas.my_pe(), pgas.n_pes()
+inbox = pgas.zeros(4, np.int64)
+counter = pgas.zeros(1, np.int64)
+source = np.arange(4, dtype=np.int64)
+got = np.zeros(4, np.int64)
+pgas.barrier_all()
+odds = pgas.team_split_strided(pgas.TEAM_WORLD, 1, 2, n // 2)     # None (TEAM_INVALID) on the even PEs
+ctx = pgas.team_create_ctx(odds)
+assert (ctx is pgas.CTX_INVALID) == (odds is None), (me, ctx)
+assert pgas.team_create_ctx(None, pgas.CTX_PRIVATE) is pgas.CTX_INVALID
+assert repr(pgas.CTX_INVALID) == "<pgas.Context CTX_INVALID>"
+uses = [("Context.put", lambda c: c.put(inbox, source, 0)), ("Context.get", lambda c: c.get(got, inbox, 0)),
+        ("Context.put_nbi", lambda c: c.put_nbi(inbox, source, 0)),
+        ("Context.get_nbi", lambda c: c.get_nbi(got, inbox, 0)),
+        ("Context.quiet", lambda c: c.quiet()), ("Context.fence", lambda c: c.fence()),
+        ("Context.atomic_add", lambda c: c.atomic_add(counter, 1, 0)),
+        ("Context.atomic_fetch", lambda c: c.atomic_fetch(counter, pe=0)),
+        ("Context.atomic_compare_swap", lambda c: c.atomic_compare_swap(counter, 0, 1, 0)),
+        ("Context.get_team", lambda c: c.get_team())]
+for name, use in uses:
+    try:
+        use(pgas.CTX_INVALID)
+        raise AssertionError(f"{name} on CTX_INVALID must be refused")
+    except pgas.PgasValueError as e:
+        assert f"pgas.{name}: ctx is pgas.CTX_INVALID, which is no context" in str(e), e
+pgas.ctx_destroy(pgas.CTX_INVALID)            # OpenSHMEM 1.5: destroying it does nothing
+pgas.CTX_INVALID.destroy()
+assert repr(pgas.CTX_INVALID) == "<pgas.Context CTX_INVALID>"     # (still no context, still not destroyed)
+try:                                          # a handle that is no team here: an error, not CTX_INVALID
+    pgas.team_create_ctx(30)
+    raise AssertionError("team 30 must be refused")
+except pgas.PgasValueError as e:
+    assert "pgas.team_create_ctx: team 30 is not a team of PE" in str(e), e
+if odds is not None:                          # the members' context works beside it
+    rank, size = pgas.team_my_pe(odds), pgas.team_n_pes(odds)
+    ctx.put(inbox[:1], np.array([me], np.int64), (rank + 1) % size)
+    ctx.atomic_add(counter, 1, 0)
+    ctx.quiet()
+    ctx.destroy()
+pgas.barrier_all()
+if odds is not None:
+    assert inbox.copy_to_host()[0] == 2 * ((rank - 1) % size) + 1, inbox.copy_to_host()
+    assert counter.copy_to_host()[0] == (size if rank == 0 else 0)
+    pgas.team_destroy(odds)
+pgas.barrier_all()
+pgas.free(counter)
+pgas.free(inbox)
+pgas.finalize()
+print("ok")
+"""
+
+
+def _run(tmp_path, program: str, n: int, options=(), env=None):
     script = tmp_path / "program.py"
     script.write_text(program)
     proc = pgasrun(n, "python", str(script), options=[*options, "--tag-output"], env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert pe_lines(proc) == [f"[{pe}] ok" for pe in range(n)]
+    return proc
 
 
 def test_contexts_on_one_node(tmp_path, clean_shm):
@@ -202,3 +261,14 @@ def test_contexts_on_one_node(tmp_path, clean_shm):
 @pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx", "ibgda+mpi"])
 def test_contexts_across_nodes(tmp_path, clean_shm, transport):
     _run(tmp_path, CONTEXTS, 4, ("--pes-per-node", "2"), transport_env(transport))
+
+
+def test_ctx_invalid_on_one_node(tmp_path, clean_shm):
+    _run(tmp_path, INVALID, 3)
+
+
+@pytest.mark.skipif(backend_in_use() != "simulator", reason="the checker runs on the simulator backend")
+def test_ctx_invalid_across_nodes_under_the_checker(tmp_path, clean_shm):
+    """PGAS_CHECK=1 wraps the host API: CTX_INVALID is still what team_create_ctx gives."""
+    proc = _run(tmp_path, INVALID, 4, ("--pes-per-node", "2"), {"PGAS_CHECK": "1"})
+    assert "pgas check: no problems found" in proc.stderr, proc.stderr[-3000:]

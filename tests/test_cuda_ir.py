@@ -10,6 +10,7 @@ suite shows the same IR in sm_90 PTX.
 """
 import ctypes
 import itertools
+from fractions import Fraction
 import random
 
 import numpy as np
@@ -86,6 +87,8 @@ def test_copy_strided_matches_numpy_at_every_alignment_stride_and_group_size(dty
 def _values(dtype, count: int, rng: np.random.Generator) -> np.ndarray:
     if dtype == np.bool_:
         return rng.integers(0, 2, count).astype(bool)
+    if np.dtype(dtype).kind == "c":    # numpy's formulas, the same roundings: equal bits
+        return (rng.normal(0, 100, count) + 1j * rng.normal(0, 100, count)).astype(dtype)
     if np.dtype(dtype).kind == "f":
         values = rng.normal(0, 100, count).astype(dtype)
         values[::7] = np.nan   # a float min/max is NaN where either side is
@@ -94,7 +97,19 @@ def _values(dtype, count: int, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
 
 
-@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int32", "uint64", "float32", "float64"])
+def _product_with_fma(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a * b, complex, as numpy's SIMD loops compute it on CPUs with FMA (and PTX's fma.rn):
+    (fma(ar, br, -(ai*bi)), fma(ar, bi, ai*br)), each fma exact, then rounded once."""
+    part = a.real.dtype.type
+
+    def fma(x, y, z):
+        return part(float(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))))
+    return np.array([complex(fma(x.real, y.real, -(x.imag * y.imag)), fma(x.real, y.imag, x.imag * y.real))
+                     for x, y in zip(a, b)], a.dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int32", "uint64", "float32", "float64", "complex64",
+                                   "complex128"])
 def test_fold_computes_every_op_as_numpy_does_in_the_element_type(dtype):
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(3)
@@ -107,6 +122,8 @@ def test_fold_computes_every_op_as_numpy_does_in_the_element_type(dtype):
             part = slice(dst_lo, dst_lo + count)
             if op is None:
                 expected[part] = src[src_lo:src_lo + count]
+            elif op == "prod" and dtype.kind == "c":
+                expected[part] = _product_with_fma(expected[part], src[src_lo:src_lo + count])
             else:
                 with np.errstate(all="ignore"):
                     OPS[op](expected[part], src[src_lo:src_lo + count], out=expected[part])

@@ -54,10 +54,18 @@ def test_example_kernels_and_a_users_kernel_compile(report):
         assert label in report["compiled"] and report["cubin_bytes"][label] > 0
 
 
+def test_nvshmem4py_form_of_vendor_get_version_info_compiles(report):
+    """``vendor_get_version_info(major, minor, patch)`` (element 0 of three arrays) beside
+    pgas's ``vendor_get_version_info()`` -> tuple (``vendor_get_version_info[int64]``)."""
+    assert report["cubin_bytes"].get("nvshmem4py_version_info", 0) > 0, report["failed"].get(
+        "nvshmem4py_version_info")
+    assert "vendor_get_version_info[int64]" in report["compiled"]
+
+
 def test_host_operation_kernels_compile(report):
     """Signals, waits, quiet, barriers and collectives that the host queues on a stream."""
     for name in ("signal_op", "signal_wait_until", "quiet", "barrier", "sync", "broadcast", "fcollect",
-                 "alltoall", "sum_reduce", "prod_reducescatter", "xor_reduce"):
+                 "alltoall", "alltoalls", "sum_reduce", "prod_reducescatter", "xor_reduce", "complex128_prod_reduce"):
         assert report["cubin_bytes"].get(f"host.{name}", 0) > 0, (name, report["failed"].get(f"host.{name}"))
 
 
@@ -152,6 +160,16 @@ def test_bfloat16_reductions_compile_with_float32_arithmetic_rounded_once(report
     assert re.search(r"setp\.[a-z]+\.f32", body)      # max compares in float32 and keeps an operand
     assert report["cubin_bytes"].get("host.bfloat16_sum_reduce", 0) > 0, report["failed"].get(
         "host.bfloat16_sum_reduce")
+
+
+def test_complex_reductions_compile_with_fused_products_and_min_is_refused(report):
+    """OpenSHMEM 1.5's complex reductions on the device: sum as two adds, prod as numpy
+    computes it with FMA (``fma.rn``), scans too; an op complex numbers do not take is
+    refused when the kernel compiles."""
+    for label, kind in (("complex_reductions", "f32"), ("complex128_reductions", "f64")):
+        body = entry(report["ptx"][label])
+        assert re.search(rf"add\.(rn\.)?{kind}", body) and re.search(rf"fma\.rn\.{kind}", body), label
+    assert "op 'min' takes no complex dtype" in report["complex_min_reduce"]
 
 
 def test_reductions_named_by_a_constant_string_compile_and_are_checked(report):

@@ -1,7 +1,7 @@
 """OpenSHMEM's host calls that shmem4py users look for: point-to-point synchronization
 (``wait_until``, ``test``, the set forms and their ``_vector`` forms, ``fence``), the
-accessibility queries and host ``ptr``, and ``global_exit``; on one node and across
-emulated nodes."""
+accessibility queries and host ``ptr``, ``pcontrol``, and ``global_exit``; on one node and
+across emulated nodes."""
 import pytest
 
 from conftest import pe_lines, pgasrun
@@ -78,6 +78,17 @@ for call, text in [(lambda: pgas.wait_until(pgas.zeros(1, np.int8), pgas.CMP_EQ,
     except pgas.PgasError as e:
         assert text in str(e), e
 
+# pcontrol: every integer level is taken (pgas has no profiling library: nothing changes)
+for level in (0, 1, 2, -1, 7, np.int32(2), np.uint8(0)):
+    assert pgas.pcontrol(level) is None
+for level in (1.0, "1", True, None, np.float64(2)):
+    try:
+        pgas.pcontrol(level)
+        raise AssertionError(f"pcontrol({level!r}) must be refused")
+    except pgas.PgasValueError as e:
+        assert "pgas.pcontrol: level must be an integer" in str(e) and repr(level) in str(e), e
+pgas.barrier_all()
+
 # accessibility and host ptr
 assert all(pgas.pe_accessible(pe) for pe in range(n))
 assert not any(pgas.pe_accessible(pe) for pe in (n, -1, 1.5, True))
@@ -140,6 +151,11 @@ for call, text in [(lambda: pgas.collect(pgas.TEAM_WORLD, gathered[:2], pieces[:
         assert text in str(e), e
 pgas.barrier_all()
 pgas.finalize()
+try:
+    pgas.pcontrol(1)
+    raise AssertionError("pcontrol after finalize must be refused")
+except pgas.PgasError as e:
+    assert "pgas.pcontrol was called after pgas.finalize()" in str(e), e
 print("ok")
 """
 

@@ -7,7 +7,9 @@ is the slowest PE's mean over a batch (best batch of several); bandwidths follow
 nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n. ``eager`` runs only up to its
 staging buffers' size on one node ("-" above). The last columns: the algorithm ``auto``
 picked, and the one that was fastest. ``--plot`` writes a PNG of busbw per algorithm
-where matplotlib is installed.
+where matplotlib is installed. On the cuda backend a host all-reduce is the device
+all-reduce run as a kernel: the one column is ``auto`` (the named algorithms are the
+simulator's host algorithms).
 """
 from __future__ import annotations
 
@@ -35,12 +37,12 @@ def _seconds(comm, action, iterations: int) -> float:
     return min(slowest_pe_seconds(comm, action, iterations) for _ in range(BATCHES))
 
 
-def _plot(path: str, rows: list, n: int) -> None:
+def _plot(path: str, rows: list, n: int, algorithms: list) -> None:
     plt = pyplot(path)
     if plt is None:
         return
     sizes = [r["size"] for r in rows]
-    for name in [*ALGORITHMS, "mpi"]:
+    for name in [*algorithms, "mpi"]:
         plt.plot(sizes, [r[name] for r in rows], marker="o", label=name)
     plt.xscale("log", base=2)
     plt.xlabel("bytes")
@@ -61,10 +63,12 @@ def main(argv=None) -> None:
     src = pgas.full(max(SIZES) // 4, 1.0, np.float32)
     dest = pgas.empty(max(SIZES) // 4, np.float32)
     mpi_src, mpi_dest = np.ones(max(SIZES) // 4, np.float32), np.empty(max(SIZES) // 4, np.float32)
+    on_gpu = runtime("bench").on_gpu
+    algorithms = ["auto"] if on_gpu else ALGORITHMS
     if me == 0:
         print(f"all-reduce, float32 sum, {n} PEs: bus bandwidth GB/s (busbw = algbw x {factor:g}) per "
               "algorithm; algbw of auto and MPI; auto/MPI is the speed ratio")
-        print(f"{'size':>8} " + " ".join(f"{a:>8}" for a in ALGORITHMS) + f" {'MPI':>8} "
+        print(f"{'size':>8} " + " ".join(f"{a:>8}" for a in algorithms) + f" {'MPI':>8} "
               f"{'algbw auto':>10} {'algbw MPI':>9} {'auto/MPI':>9} {'auto is':>8} {'fastest':>8}")
     rows = []
     world = team_of(runtime("bench"), pgas.TEAM_WORLD, "bench")
@@ -73,7 +77,7 @@ def main(argv=None) -> None:
         iterations = max(3, min(1000, (64 << 20) // size))
         part, result = src[:count], dest[:count]       # made once: a repeated call reuses its plan
         row = {"size": size}
-        for name in ALGORITHMS:
+        for name in algorithms:
             if name == "eager" and not usable(runtime("bench"), world, size):
                 row[name] = float("nan")
                 continue
@@ -84,15 +88,16 @@ def main(argv=None) -> None:
             comm, lambda: comm.Allreduce(mpi_part, mpi_result, op=MPI.SUM), iterations)
         rows.append(row)
         if me == 0:
-            fastest = max((a for a in ALGORITHMS if a != "auto" and row[a] == row[a]), key=lambda a: row[a])
+            fastest = max((a for a in algorithms if (a != "auto" or on_gpu) and row[a] == row[a]),
+                          key=lambda a: row[a])
+            chosen = "kernel" if on_gpu else auto_algorithm(runtime('bench'), world, size)
             print(f"{human_bytes(size):>8} " + " ".join(f"{row[a]:8.2f}" if row[a] == row[a] else f"{'-':>8}"
-                                                         for a in ALGORITHMS) +
+                                                         for a in algorithms) +
                   f" {row['mpi']:8.2f} {row['auto'] / factor:10.2f} {row['mpi'] / factor:9.2f}"
-                  f" {row['auto'] / row['mpi']:9.2f} {auto_algorithm(runtime('bench'), world, size):>8}"
-                  f" {fastest:>8}", flush=True)
+                  f" {row['auto'] / row['mpi']:9.2f} {chosen:>8} {fastest:>8}", flush=True)
     assert np.all(dest.copy_to_host()[:count] == n), "the all-reduce result is wrong"
     if me == 0 and args.plot:
-        _plot(args.plot, rows, n)
+        _plot(args.plot, rows, n, algorithms)
     pgas.free(dest)
     pgas.free(src)
     pgas.finalize()

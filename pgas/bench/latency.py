@@ -13,7 +13,7 @@ MPI is, as passive-target RMA may need the target inside MPI).
 
 ``--stretches N`` then times N stretches of 1000 8-byte put+quiet calls each way and
 prints each stretch's median: a best mean hides stretches where the threads of both PEs
-landed badly on the cores (docs/benchmarks.md, session 16).
+landed badly on the cores (docs/benchmarks.md, latency between two hosts, 2026-11-26).
 """
 from __future__ import annotations
 

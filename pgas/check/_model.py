@@ -50,7 +50,7 @@ _SCOPE = re.compile(r"_(warp|block)$")
 _COPIES = re.compile(r"^(put|get)(_nbi)?(_warp|_block)?$")
 _PUT_SIGNAL = re.compile(r"^put_signal(_nbi)?(_warp|_block)?$")
 SYNCS = re.compile(r"^(barrier_all|sync_all|barrier|sync)(_warp|_block)?$")
-COLLECTIVES = re.compile(r"^(alltoall|broadcast|fcollect|collect|reduce|reducescatter|collective_on_buffer"
+COLLECTIVES = re.compile(r"^(alltoalls?|broadcast|fcollect|collect|reduce|reducescatter|collective_on_buffer"
                           r"|(sum|prod|min|max|and|or|xor)_(reduce|reducescatter|inscan|exscan))(_warp|_block)?$")
 _ATOMIC_UPDATES = {"atomic_add": "add", "atomic_inc": "add", "atomic_and": "and", "atomic_or": "or",
                    "atomic_xor": "xor", "atomic_set": "set"}

@@ -12,7 +12,8 @@ from ._constants import SIGNAL_ADD, SIGNAL_SET
 from ._device_errors import device_error
 from ._errors import PgasValueError
 
-__all__ = ["check_pe", "check_dtypes_match", "check_fits", "check_contiguous", "check_nonnegative",
+__all__ = ["check_pe", "check_dtypes_match", "check_fits", "check_contiguous", "check_copy", "check_strided_blocks",
+           "check_nonnegative",
            "check_signal", "check_sig_op", "check_root", "contiguous_orders", "check_same_order", "flat"]
 
 
@@ -71,6 +72,31 @@ def check_same_order(fn: str, dest, src, dest_name: str = "dest", src_name: str 
 def flat(arr, order: str):
     """Contiguous ``arr`` as a 1-D view of its elements in memory order ``order`` (no copy)."""
     return arr.reshape(-1, order=order)
+
+
+def check_copy(fn: str, dst: np.ndarray, dst_name: str, dst_stride, src: np.ndarray, src_name: str,
+               src_stride, nelems) -> None:
+    """A strided copy of ``nelems`` elements must fit both arrays, with equal dtypes."""
+    if dst.dtype != src.dtype:
+        raise PgasValueError(f"{fn}: {dst_name} and {src_name} must have the same dtype, "
+                             f"got {dst_name} {dst.dtype} and {src_name} {src.dtype}")
+    nelems = check_nonnegative(fn, "nelems", nelems)
+    for arr, name, stride in ((dst, dst_name, dst_stride), (src, src_name, src_stride)):
+        check_contiguous(fn, name, arr)
+        if check_nonnegative(fn, f"{name} stride", stride) == 0:
+            raise device_error("STRIDE_ZERO", fn, name)
+        if nelems and (nelems - 1) * stride + 1 > arr.size:
+            raise device_error("COPY_FITS", fn, name, a=arr.size, b=nelems, c=stride)
+
+
+def check_strided_blocks(fn: str, dest: np.ndarray, src: np.ndarray, dst_stride, src_stride, nelems,
+                         n_members: int) -> tuple:
+    """(dst_stride, src_stride, nelems) of a strided all-to-all over ``n_members``, as
+    ints: ``nelems`` >= 0, strides >= 1, and ``dest`` and ``src`` each holding
+    ``n_members`` x ``nelems`` elements at their stride."""
+    nelems = check_nonnegative(fn, "nelems", nelems)
+    check_copy(fn, dest, "dest", dst_stride, src, "src", src_stride, n_members * nelems)
+    return int(dst_stride), int(src_stride), nelems
 
 
 def check_nonnegative(fn: str, what: str, value) -> int:

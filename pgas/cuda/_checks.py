@@ -147,7 +147,7 @@ def check_reduction(typingctx, fn, op, arr):
     if not isinstance(op, types.IntegerLiteral):
         return None
     try:
-        reduction_ufunc("pgas.device", REDUCE_OPS[op.literal_value], numpy_dtype(arr.dtype))
+        reduction_ufunc("pgas.device", REDUCE_OPS[op.literal_value], numpy_dtype(arr.dtype), on_device=True)
     except PgasError as exc:
         raise TypingError(str(exc)) from None
     return types.void(fn, op, arr), _noop

@@ -277,7 +277,10 @@ def _identity(typingctx, op, like):
     def codegen(context, builder, sig, args):
         value = identity(REDUCE_OPS[sig.args[0].literal_value], numpy_dtype(dtype))
         data_type = context.get_data_type(dtype)
-        if not isinstance(data_type, ir.IntType):
+        if isinstance(data_type, ir.LiteralStructType):   # a complex number: {real, imag}
+            part = data_type.elements[0]
+            data = ir.Constant(data_type, [ir.Constant(part, float(value.real)), ir.Constant(part, float(value.imag))])
+        elif not isinstance(data_type, ir.IntType):
             data = ir.Constant(data_type, float(value))
         elif is_float(numpy_dtype(dtype)):          # float16 and bfloat16 held as their bits
             data = ir.Constant(data_type, int(value.view(np.uint16)))

@@ -1,4 +1,5 @@
-"""Device collectives over a team: broadcast, fcollect, alltoall, <op>_reduce, <op>_reducescatter.
+"""Device collectives over a team: broadcast, fcollect, alltoall, alltoalls (strided),
+<op>_reduce, <op>_reducescatter.
 
 One thread per PE calls the plain forms; every thread of one warp (block) calls the
 ``_warp`` (``_block``) forms, with the same arguments, and they share the work (where a
@@ -9,12 +10,13 @@ first says every member's ``src`` is ready, the last that every member has finis
 reading. An all-reduce is a reduce-scatter (member r reduces block r of everyone's
 ``src``) then an all-gather of the finished blocks, so each element is reduced once (by
 its block's owner) and ``dest`` may be ``src``. Results are identical on every member.
-Dtypes and ops: ``pgas/core/_reductions.py`` (every integer type, float16/32/64 and bool).
+Dtypes and ops: ``pgas/core/_reductions.py`` (every integer type, float16/32/64, bfloat16, bool,
+and complex64/128 with sum and prod).
 """
 from __future__ import annotations
 
 from ..core._codes import BLOCK, THREAD, WARP, reduce_code
-from ..core._reductions import OPS, REDUCTION_DTYPES, ops_for
+from ..core._reductions import DEVICE_REDUCTION_DTYPES, OPS, ops_for
 from ._primitives import prim as _p
 from ._sync import _grouped_sync
 
@@ -65,6 +67,26 @@ def _alltoall(fn, scope, team, dest, src):
 
 
 @_p.jit
+def _alltoalls(fn, scope, team, dest, src, dst, sst, nelems):
+    """OpenSHMEM's strided all-to-all: element k of block j of member i's ``src``, at
+    ``(j*nelems + k)*sst``, goes to ``(i*nelems + k)*dst`` of member j's ``dest``. Each
+    member pulls its blocks from the others."""
+    d, s = _p.team_arrays(fn, team, dest, src)
+    n = _p.team_size(team, fn)
+    _p.check_copy(fn, d, "dest", dst, s, "src", sst, n * nelems)
+    rank, size = _p.group_rank_and_size(scope, fn)
+    me = _p.team_rank(team, fn)
+    _grouped_sync(fn, scope, team, False)
+    if nelems > 0:
+        mine = me * nelems * sst
+        for q in range(n):
+            block = q * nelems * dst
+            _p.transfer(fn, False, _p.team_pe(team, q, fn), _p.part(d, block, block + (nelems - 1) * dst + 1), dst,
+                        _p.part(s, mine, mine + (nelems - 1) * sst + 1), sst, nelems, rank, size, False)
+    _grouped_sync(fn, scope, team, False)
+
+
+@_p.jit
 def _reducescatter(fn, scope, team, dest, src, op):
     """Member i reduces block i of every member's ``src`` into its ``dest``."""
     d, s = _p.team_arrays(fn, team, dest, src)
@@ -111,8 +133,8 @@ _SCOPES = {"": (THREAD, "One thread per PE calls it."),
 def _make_data_movers(suffix):
     scope, who = _SCOPES[suffix]
 
-    broadcast_fn, fcollect_fn, alltoall_fn = (f"pgas.device.{name}{suffix}"
-                                              for name in ("broadcast", "fcollect", "alltoall"))
+    broadcast_fn, fcollect_fn, alltoall_fn, alltoalls_fn = (f"pgas.device.{name}{suffix}" for name in
+                                                            ("broadcast", "fcollect", "alltoall", "alltoalls"))
 
     def broadcast(team, dest, src, root):
         _broadcast(_p.name(broadcast_fn), scope, team, dest, src, root)
@@ -123,15 +145,22 @@ def _make_data_movers(suffix):
     def alltoall(team, dest, src):
         _alltoall(_p.name(alltoall_fn), scope, team, dest, src)
 
+    def alltoalls(team, dest, src, dst, sst, nelems):
+        _alltoalls(_p.name(alltoalls_fn), scope, team, dest, src, dst, sst, nelems)
+
     broadcast.__doc__ = (f"broadcast{suffix}(team, dest, src, root): ``dest`` on every member = team rank "
                          f"``root``'s ``src``. {who}")
     fcollect.__doc__ = (f"fcollect{suffix}(team, dest, src): ``dest`` = every member's ``src``, concatenated "
                         f"in team-rank order. {who}")
     alltoall.__doc__ = (f"alltoall{suffix}(team, dest, src): block j of member i's ``src`` goes to block i "
                         f"of member j's ``dest``. {who}")
-    for f in (broadcast, fcollect, alltoall):
+    alltoalls.__doc__ = (f"alltoalls{suffix}(team, dest, src, dst, sst, nelems): OpenSHMEM's strided "
+                         f"all-to-all: element k of block j of member i's ``src``, at ``(j*nelems + k)*sst``, "
+                         f"goes to ``(i*nelems + k)*dst`` of member j's ``dest``; strides count elements and "
+                         f"are >= 1. {who}")
+    for f in (broadcast, fcollect, alltoall, alltoalls):
         f.__name__ = f.__qualname__ = f.__name__ + suffix
-    return broadcast, fcollect, alltoall
+    return broadcast, fcollect, alltoall, alltoalls
 
 
 def _make_reduction(op, scatter, suffix):
@@ -150,7 +179,7 @@ def _make_reduction(op, scatter, suffix):
     reduction.__name__ = reduction.__qualname__ = name
     what = ("member i keeps block i of the element-wise result in ``dest``" if scatter else
             "``dest`` on every member = the element-wise result over all members' ``src``")
-    dtypes = ", ".join(str(d) for d in REDUCTION_DTYPES if op in ops_for(d))
+    dtypes = ", ".join(str(d) for d in DEVICE_REDUCTION_DTYPES if op in ops_for(d))
     reduction.__doc__ = f"{name}(team, dest, src): reduce with {op}; {what}. {who} Dtypes: {dtypes}."
     return reduction
 

@@ -50,10 +50,22 @@ def team_translate_pe(src_team, pe, dest_team):
     return _p.team_index_of(dest_team, _p.team_pe(src_team, pe, fn), fn)
 
 
-def vendor_get_version_info():
-    """vendor_get_version_info() -> (major, minor, patch): the version of pgas (NVSHMEM's
-    ``nvshmemx_vendor_get_version_info``, as a tuple rather than three pointers)."""
-    return _MAJOR, _MINOR, _PATCH
+def vendor_get_version_info(major=None, minor=None, patch=None):
+    """vendor_get_version_info() -> (major, minor, patch), or
+    vendor_get_version_info(major, minor, patch): the version of pgas (NVSHMEM's
+    ``nvshmemx_vendor_get_version_info``).
+
+    Called with no argument it returns the three numbers as a tuple; called with three
+    integer arrays (nvshmem4py's form, NVSHMEM's three pointers) it writes them into element
+    0 of each and returns nothing. Pass all three arrays or none. Any thread may call it.
+    """
+    # the form is chosen when the kernel compiles: numba prunes the branch of an omitted
+    # argument, so each form is typed on its own (a tuple, or nothing)
+    if major is None:
+        return _MAJOR, _MINOR, _PATCH
+    major[0] = _MAJOR
+    minor[0] = _MINOR
+    patch[0] = _PATCH
 
 
 def info_get_version():

@@ -19,7 +19,7 @@ reductions, every member must be on this node.
 from __future__ import annotations
 
 from ..core._codes import reduce_code
-from ..core._reductions import OPS, REDUCTION_DTYPES, ops_for
+from ..core._reductions import DEVICE_REDUCTION_DTYPES, OPS, ops_for
 from ._collectives import _SCOPES
 from ._primitives import prim as _p
 from ._sync import _grouped_sync
@@ -56,7 +56,7 @@ def _make_scan(op, exclusive, suffix):
 
     scan.__name__ = scan.__qualname__ = name
     what = ("src_0 .. src_{r-1} (member 0: the op's identity, 0 for sum)" if exclusive else "src_0 .. src_r")
-    dtypes = ", ".join(str(d) for d in REDUCTION_DTYPES if op in ops_for(d))
+    dtypes = ", ".join(str(d) for d in DEVICE_REDUCTION_DTYPES if op in ops_for(d))
     scan.__doc__ = (f"{name}(team, dest, src): member r's ``dest`` = {op} over {what}, element-wise, folded "
                     f"in team-rank order; ``dest`` may be ``src``. {who} Dtypes: {dtypes}.")
     return scan

@@ -241,6 +241,9 @@ def _collective_kernel(name: str):
     if name == "broadcast":
         def run(team, dest, src, root):
             block_form(team, dest, src, root)
+    elif name == "alltoalls":
+        def run(team, dest, src, dst, sst, nelems):
+            block_form(team, dest, src, dst, sst, nelems)
     else:
         def run(team, dest, src):
             block_form(team, dest, src)
@@ -267,7 +270,7 @@ def staged_collective(dest, src, in_place: bool, stream, fn: str, run_on_host) -
 
 
 def collective(name: str, team: int, dest, src, *extra, stream, fn: str) -> None:
-    """Run device collective ``name`` (``broadcast``, ``fcollect``, ``alltoall``,
+    """Run device collective ``name`` (``broadcast``, ``fcollect``, ``alltoall``, ``alltoalls``,
     ``<op>_reduce``, ``<op>_reducescatter``, ``<op>_inscan``, ``<op>_exscan``) over
     ``team`` as a one-block kernel. The reductions and scans read members' data in place:
     host ones over teams that span nodes go through ``staged_collective`` instead."""

@@ -24,7 +24,7 @@ from ..transport._routing import Transports
 
 __all__ = ["init", "finalize", "is_initialized", "query_initialized", "init_thread", "query_thread",
            "THREAD_SINGLE", "THREAD_FUNNELED", "THREAD_SERIALIZED", "THREAD_MULTIPLE",
-           "get_unique_id", "UniqueId", "my_pe", "n_pes", "backend",
+           "get_unique_id", "UniqueId", "my_pe", "n_pes", "backend", "pcontrol",
            "info_get_version", "info_get_name", "vendor_get_version_info"]
 
 # OpenSHMEM's thread levels, with its values.
@@ -255,6 +255,24 @@ def query_thread() -> int:
     """The thread level pgas provides (``pgas.THREAD_MULTIPLE``; see ``init_thread``)."""
     runtime("pgas.query_thread")
     return _thread_level
+
+
+def pcontrol(level: int) -> None:
+    """OpenSHMEM's ``shmem_pcontrol``: set the profiling level of a profiling library
+    (0: profiling off, 1: on, the default, 2: the library's own detail; any other integer
+    is the library's to define). pgas has no profiling library behind it, so every level
+    is accepted and changes nothing (as OpenSHMEM allows).
+
+    Parameters
+    ----------
+    level : int
+        Any integer (numpy's too); not a bool, float or string (PgasValueError).
+    """
+    fn = "pgas.pcontrol"
+    runtime(fn)
+    if isinstance(level, (bool, np.bool_)) or not isinstance(level, (int, np.integer)):
+        raise PgasValueError(f"{fn}: level must be an integer (0 profiling off, 1 on, 2 the library's detail, "
+                             f"others the library's to define), got {level!r}")
 
 
 def get_unique_id(empty: bool = False) -> UniqueId:

@@ -1,6 +1,7 @@
 """The runtime state of an initialized PE, which every other call reaches."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,6 +65,9 @@ class Runtime:
     # Memory made symmetric by register_symmetric: heap offset -> (bytes mapped (whole pages),
     # the array's bytes, the user's array).
     symmetric_registrations: dict = field(init=False, default_factory=dict)
+    # This PE's zero-byte symmetric arrays not yet freed (they take no heap space, so this is
+    # how free tells them from freed ones): id -> the array behind the handle, held weakly.
+    empty_arrays: weakref.WeakValueDictionary = field(init=False, default_factory=weakref.WeakValueDictionary)
     # How this PE reaches each PE (load/store or the NIC); set by init once the heap is up.
     transports: Transports | None = field(init=False, default=None)
     # The fast path of small host put/get to PEs mapped here (simulator backend; else None).

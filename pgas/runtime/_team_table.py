@@ -21,6 +21,7 @@ class Team:
     pes: tuple[int, ...]   # the PE (in TEAM_WORLD) of every team member, by team rank
     my_index: int          # this PE's rank in the team
     comm: object           # mpi4py communicator of the members, ranks = team ranks
+    num_contexts: int = 0  # the contexts its config asked for (OpenSHMEM's default 0; team_get_config)
 
     @property
     def size(self) -> int:

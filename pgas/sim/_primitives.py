@@ -16,8 +16,8 @@ import threading
 import numpy as np
 
 from ..core.native import _cpu_atomics
-from ..core._checks import (check_contiguous, check_dtypes_match, check_nonnegative, check_pe, check_root, check_sig_op,
-                            check_signal)
+from ..core._checks import (check_contiguous, check_copy, check_dtypes_match, check_nonnegative, check_pe, check_root,
+                            check_sig_op, check_signal)
 from ..core._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, RMW_NAMES, THREAD, WARP, reduce_code
 from ..core._device_errors import LOCK_DTYPE, arrivals_waited_for, describe, device_error, ivar_waited_for
 from ..core._errors import PgasError, PgasTimeoutError, PgasValueError
@@ -191,7 +191,7 @@ def reduce_from_peers(fn: str, dst: np.ndarray, dst_lo: int, src, src_lo: int, c
     of i < count (``Transports.share``). The order is this PE's own value first, then the
     others in team-rank order: ``dst`` may be ``src`` (its values are read first)."""
     members = _team(team, fn)
-    ufunc = reduction_ufunc(fn, REDUCE_OPS[op], dst.dtype)
+    ufunc = reduction_ufunc(fn, REDUCE_OPS[op], dst.dtype, on_device=True)
     transports = runtime(fn).transports
     lo, piece = transports.share(fn, members.pes, count, rank, size)
     hi = lo + piece
@@ -212,7 +212,7 @@ def scan_to_peers(fn: str, dst: np.ndarray, src, lo: int, count: int, team, op: 
     are read before its ``dst`` elements are written and no other caller touches those
     elements: ``dst`` may be ``src``."""
     members = _team(team, fn)
-    ufunc = reduction_ufunc(fn, REDUCE_OPS[op], dst.dtype)
+    ufunc = reduction_ufunc(fn, REDUCE_OPS[op], dst.dtype, on_device=True)
     transports = runtime(fn).transports
     first, piece = transports.share(fn, members.pes, count, rank, size)
     if piece <= 0:
@@ -405,21 +405,6 @@ def check_not_empty(fn: str, what: str, arr: np.ndarray) -> None:
         raise device_error("NOT_EMPTY", fn, what)
 
 
-def check_copy(fn: str, dst: np.ndarray, dst_name: str, dst_stride, src: np.ndarray, src_name: str,
-               src_stride, nelems) -> None:
-    """A strided copy of ``nelems`` elements must fit both arrays, with equal dtypes."""
-    if dst.dtype != src.dtype:
-        raise PgasValueError(f"{fn}: {dst_name} and {src_name} must have the same dtype, "
-                             f"got {dst_name} {dst.dtype} and {src_name} {src.dtype}")
-    nelems = check_nonnegative(fn, "nelems", nelems)
-    for arr, name, stride in ((dst, dst_name, dst_stride), (src, src_name, src_stride)):
-        check_contiguous(fn, name, arr)
-        if check_nonnegative(fn, f"{name} stride", stride) == 0:
-            raise device_error("STRIDE_ZERO", fn, name)
-        if nelems and (nelems - 1) * stride + 1 > arr.size:
-            raise device_error("COPY_FITS", fn, name, a=arr.size, b=nelems, c=stride)
-
-
 
 def cast_like(like, value):
     """``value`` converted to the dtype of numpy scalar ``like`` as the GPU converts it
@@ -459,4 +444,4 @@ def reduce_op_code(op, label: str) -> int:
 
 
 def check_reduction(fn: str, op: int, arr: np.ndarray) -> None:
-    reduction_ufunc(fn, REDUCE_OPS[op], arr.dtype)
+    reduction_ufunc(fn, REDUCE_OPS[op], arr.dtype, on_device=True)

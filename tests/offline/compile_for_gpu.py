@@ -29,8 +29,10 @@ WAITS = ["wait_until", "signal_wait_until", "barrier_all", "sync_all", "barrier"
 
 
 def call_kernel(name: str, dtype):
-    """A kernel that calls dev.<name> with arrays of ``dtype`` and int32 scalars."""
-    every = list(inspect.signature(getattr(dev, name).py_func).parameters)
+    """A kernel that calls dev.<name> with arrays of ``dtype`` and int32 scalars (its
+    required arguments; the forms with optional ones are kernels of their own)."""
+    every = [p.name for p in inspect.signature(getattr(dev, name).py_func).parameters.values()
+             if p.default is inspect.Parameter.empty]
     params = [p for p in every if p != "op"]     # a reduction's op is a constant string
     args = ", ".join(params)
     call = ", ".join('"sum"' if p == "op" else p for p in every)
@@ -75,6 +77,11 @@ def example_kernels():
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         yield key, getattr(module, kernel).py_func, signature
+
+
+def nvshmem4py_version_info(major, minor, patch):
+    """nvshmem4py's form of vendor_get_version_info: element 0 of three arrays."""
+    dev.vendor_get_version_info(major, minor, patch)
 
 
 def user_kernel(ivar, data, pe):
@@ -147,6 +154,19 @@ def bfloat16_reductions(team, dest, src):
     dev.prod_reducescatter(team, dest, src)
 
 
+def complex_reductions(team, dest, src):
+    """complex64 (OpenSHMEM's complexf): sum and prod, a product by fused multiply-adds,
+    and an inclusive scan."""
+    dev.sum_reduce(team, dest, src)
+    dev.prod_reduce_block(team, dest, src)
+    dev.prod_inscan(team, dest, src)
+
+
+def complex_min_reduce(team, dest, src):
+    """Refused when it compiles: complex numbers reduce with sum and prod only."""
+    dev.min_reduce(team, dest, src)
+
+
 def float_xor_reduce(team, dest, src):
     """Refused when it compiles: no bitwise reduction of floats."""
     dev.xor_reduce(team, dest, src)
@@ -206,6 +226,9 @@ def ptx_kernels():
     yield "half_reductions", half_reductions, (types.int64, types.float16[::1], types.float16[::1])
     from numba.cuda.types import bfloat16
     yield "bfloat16_reductions", bfloat16_reductions, (types.int64, bfloat16[::1], bfloat16[::1])
+    c64, c128 = types.complex64[::1], types.complex128[::1]
+    yield "complex_reductions", complex_reductions, (types.int64, c64, c64)
+    yield "complex128_reductions", complex_reductions, (types.int64, c128, c128)
     yield "named_reductions", named_reductions, (types.int64, types.float32[::1], types.float32[::1])
     yield "wait_until_any", wait_any_of, (i64, types.int32[::1], i64)
     yield "remote_ops", remote_ops, (i64, i64, f32, types.int32, i64)
@@ -238,6 +261,9 @@ def host_operation_kernels():
     for name in ("fcollect", "alltoall", "sum_reduce", "prod_reducescatter"):
         yield f"host.{name}", ops._collective_kernel(name).py_func, (i64, f64, f64)
     yield "host.xor_reduce", ops._collective_kernel("xor_reduce").py_func, (i64, u64, u64)
+    yield "host.alltoalls", ops._collective_kernel("alltoalls").py_func, (i64, f64, f64, i64, i64, i64)
+    c128 = types.complex128[::1]
+    yield "host.complex128_prod_reduce", ops._collective_kernel("prod_reduce").py_func, (i64, c128, c128)
     from numba.cuda.types import bfloat16
     yield "host.bfloat16_sum_reduce", ops._collective_kernel("sum_reduce").py_func, (i64, bfloat16[::1], bfloat16[::1])
 
@@ -276,7 +302,8 @@ REFUSED = (("float16_test", float16_test, (types.float16[::1], types.boolean[::1
            ("float_xor_reduce", float_xor_reduce, (types.int64, types.float32[::1], types.float32[::1])),
            ("named_float_xor", named_float_xor, (types.int64, types.float32[::1], types.float32[::1])),
            ("named_unknown_op", named_unknown_op, (types.int64, types.float32[::1], types.float32[::1])),
-           ("float_atomic_and", float_atomic_and, (types.float32[::1], types.int32)))
+           ("float_atomic_and", float_atomic_and, (types.float32[::1], types.int32)),
+           ("complex_min_reduce", complex_min_reduce, (types.int64, types.complex128[::1], types.complex128[::1])))
 
 
 def all_jobs() -> list:
@@ -287,8 +314,9 @@ def all_jobs() -> list:
     jobs = [(f"{name}[{dtype}]", "link", lambda name=name, dtype=dtype: call_kernel(name, dtype))
             for name, dtype in device_jobs()]
     user = ("user_kernel", user_kernel, (types.int64[::1], types.float64[::1], types.int32))
+    version = ("nvshmem4py_version_info", nvshmem4py_version_info, (types.int32[::1],) * 3)
     jobs += [(label, "link", lambda f=f, sig=sig: (f, sig))
-             for label, f, sig in (*example_kernels(), user, *host_operation_kernels())]
+             for label, f, sig in (*example_kernels(), user, version, *host_operation_kernels())]
     jobs += [(label, "ptx", lambda f=f, sig=sig: (f, sig)) for label, f, sig in ptx_kernels()]
     jobs += [(label, "refused", lambda f=f, sig=sig: (f, sig)) for label, f, sig in REFUSED]
     return jobs

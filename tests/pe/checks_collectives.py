@@ -464,11 +464,16 @@ def check_collective_errors():
     with pytest.raises(pgas.PgasError, match=r"pgas.reduce: op 'xor' needs an integer or bool dtype, got float32"):
         pgas.reduce(world, a, a, "xor")
     c = pgas.zeros(4, np.complex64)
-    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: reductions take the dtypes int8, uint8, int16, uint16, "
-                                             r"int32, uint32, int64, uint64, float16, float32, float64, bfloat16, bool; "
-                                             r"got complex64"):
-        pgas.reduce(world, c, c)
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: op 'max' takes no complex dtype \(OpenSHMEM reduces "
+                                             r"complex numbers with sum and prod\), got complex64"):
+        pgas.reduce(world, c, c, "max")
     pgas.free(c)
+    u = pgas.zeros(4, np.dtype("V8"))
+    with pytest.raises(pgas.PgasError, match=r"pgas.reduce: reductions take the dtypes int8, uint8, int16, uint16, "
+                                             r"int32, uint32, int64, uint64, float16, float32, float64, bfloat16, bool, "
+                                             r"complex64, complex128.*; got \|V8"):
+        pgas.reduce(world, u, u)
+    pgas.free(u)
     with pytest.raises(pgas.PgasError, match=r"pgas.reduce: algorithm must be one of auto, eager, ring, tree, oneshot, "
                                              r"mpi, got 'fast'"):
         pgas.reduce(world, a, a, algorithm="fast")
@@ -595,3 +600,141 @@ def check_small_calls_across_nodes_as_one_exchange_of_messages():
             for a in (*gathered, *(a for pair in pairs for a in pair)):
                 pgas.free(a)
     destroy(made)
+
+
+ALLTOALLS_SHAPES = [(0, 1, 1), (1, 1, 1), (3, 2, 3), (5, 1, 2), (1001, 3, 1)]   # (nelems, dst_stride, src_stride)
+
+
+def strided_blocks(pe: int, n: int, nelems: int, stride: int, dtype) -> np.ndarray:
+    """PE ``pe``'s alltoalls ``src``: element k of block j at ``(j*nelems + k)*stride`` holds
+    a value naming (pe, j, k); the elements between the strides hold -1."""
+    values = np.full(max(1, (n * nelems - 1) * stride + 1), -1, dtype)
+    values[:n * nelems * stride:stride] = pattern(pe, n * nelems, dtype) + (pe % 3)
+    return values
+
+
+def check_alltoalls_every_stride_dtype_and_team():
+    """OpenSHMEM's strided all-to-all on every team: element k of block j of member i's src
+    (at (j*nelems + k)*sst) lands at (i*nelems + k)*dst of member j's dest, and the
+    elements between dest's strides keep what they held."""
+    made = teams()
+    for name, team in made:
+        for dtype in (np.int64, np.float32, np.complex128, np.int8):
+            for nelems, dst, sst in ALLTOALLS_SHAPES:
+                size = pgas.team_n_pes(team) if team is not None else 1
+                n = pgas.n_pes()                                  # (allocations are collective: the largest team's)
+                src = pgas.empty(max(1, (n * nelems - 1) * sst + 1), dtype)
+                dest = pgas.empty(max(1, (n * nelems - 1) * dst + 1), dtype)
+                if team is not None:
+                    pes, rank = members(team), pgas.team_my_pe(team)
+                    s, d = src[:max(1, (size * nelems - 1) * sst + 1)], dest[:max(1, (size * nelems - 1) * dst + 1)]
+                    s.copy_to_device(strided_blocks(pgas.my_pe(), size, nelems, sst, dtype))
+                    d.copy_to_device(np.full(d.size, 7, dtype))
+                    pgas.alltoalls(team, d, s, dst, sst, nelems)
+                    want = np.full(d.size, 7, dtype)
+                    for i, pe in enumerate(pes):
+                        theirs = strided_blocks(pe, size, nelems, sst, dtype)
+                        block = theirs[rank * nelems * sst:(rank * nelems + nelems) * sst:sst][:nelems]
+                        want[i * nelems * dst:(i * nelems + nelems) * dst:dst] = block
+                    assert np.array_equal(d.copy_to_host(), want), (name, dtype, nelems, dst, sst)
+                pgas.free(dest)
+                pgas.free(src)
+    destroy(made)
+
+
+def check_alltoalls_errors():
+    n, world = pgas.n_pes(), pgas.TEAM_WORLD
+    a, b = pgas.zeros(4 * n, np.int64), pgas.zeros(4 * n, np.int64)
+    f = pgas.zeros(4 * n, np.float64)
+    with pytest.raises(pgas.PgasError, match=r"pgas.alltoalls: the dest stride must be >= 1, got 0"):
+        pgas.alltoalls(world, a, b, 0, 1, 1)
+    with pytest.raises(pgas.PgasError, match=r"pgas.alltoalls: nelems must be a non-negative integer, got -1"):
+        pgas.alltoalls(world, a, b, 1, 1, -1)
+    with pytest.raises(pgas.PgasError, match=r"pgas.alltoalls: nelems must be a non-negative integer, got 1.5"):
+        pgas.alltoalls(world, a, b, 1, 1, 1.5)
+    with pytest.raises(pgas.PgasError, match=rf"pgas.alltoalls: src has {4 * n} elements but {3 * n} elements at "
+                                             rf"stride 3 need {(3 * n - 1) * 3 + 1}"):
+        pgas.alltoalls(world, a, b, 1, 3, 3)
+    with pytest.raises(pgas.PgasError, match=r"pgas.alltoalls: dest and src must have the same dtype"):
+        pgas.alltoalls(world, a, f, 1, 1, 1)
+    with pytest.raises(pgas.PgasError, match=r"pgas.alltoalls: dest and src must not overlap"):
+        pgas.alltoalls(world, a[:2 * n], a[n:3 * n], 1, 1, 1)
+    with pytest.raises(pgas.PgasError, match=r"pgas.alltoalls: src is not symmetric memory"):
+        pgas.alltoalls(world, a, np.zeros(4 * n, np.int64), 1, 1, 1)
+    for x in (f, b, a):
+        pgas.free(x)
+
+
+def complex_values(pe: int, count: int, dtype, op: str) -> np.ndarray:
+    """Gaussian integers whose sums and products stay exact in complex64 in any order."""
+    k = np.arange(count)
+    if op == "prod":
+        return ((k + pe) % 2 + 1 + 1j * ((k * 3 + pe) % 2)).astype(dtype)
+    return ((k * 7 + pe * 13) % 101 - 50 + 1j * ((k + pe * 5) % 17)).astype(dtype)
+
+
+def check_complex_and_long_double_reductions_every_algorithm_and_team():
+    """OpenSHMEM 1.5's other reduction types: complex64 and complex128 with sum and prod
+    (all-reduce, reduce-scatter, the scans, the named forms), np.longdouble with sum, prod,
+    min and max on the simulator's host, and refused with a clear error on cuda (no GPU
+    has a long double) and for the ops OpenSHMEM does not define."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    longdouble = np.dtype(np.longdouble)
+    cases = [(np.complex64, "sum"), (np.complex64, "prod"), (np.complex128, "sum"), (np.complex128, "prod"),
+             *((longdouble, op) for op in ("sum", "prod", "min", "max"))]
+    made = teams()
+    for name, team in made:
+        for dtype, op in cases:
+            for count in (1, 1001):
+                src, dest = pgas.empty(count, dtype), pgas.full(count, -1, dtype)
+                if team is not None:
+                    def values(pe):
+                        if np.dtype(dtype).kind == "c":
+                            return complex_values(pe, count, dtype, op)
+                        return inputs(pe, count, dtype, op) - (pe % 2) * 3    # negatives too
+                    src.copy_to_device(values(me))
+                    pes = members(team)
+                    if dtype == longdouble and not on_simulator():
+                        with pytest.raises(pgas.PgasValueError, match=r"pgas.reduce: float128 \(np.longdouble\) "
+                                                                      r"has no GPU type"):
+                            pgas.reduce(team, dest, src, op)
+                    else:
+                        want = expected(op, [values(pe) for pe in pes])
+                        for algorithm in ALGORITHMS:
+                            if not reduce_or_refuse(team, dest, src, op, algorithm):
+                                continue
+                            assert np.array_equal(dest.copy_to_host(), want), (name, dtype, op, count, algorithm)
+                        if count > 1:
+                            getattr(pgas, f"{op}_inscan")(team, dest, src)
+                            rank = pgas.team_my_pe(team)
+                            assert np.array_equal(dest.copy_to_host(), expected(op, [values(pe) for pe in pes[:rank + 1]])), \
+                                ("inscan", name, dtype, op)
+                pgas.free(dest)
+                pgas.free(src)
+        whole, part = pgas.empty(3 * n, np.complex128), pgas.empty(3, np.complex128)    # (collective: every PE)
+        if team is not None:
+            size, rank = pgas.team_n_pes(team), pgas.team_my_pe(team)
+            whole = whole[:3 * size]
+            whole.copy_to_device(complex_values(me, 3 * size, np.complex128, "sum"))
+            pgas.reducescatter(team, part, whole, "sum")
+            full = expected("sum", [complex_values(pe, 3 * size, np.complex128, "sum") for pe in members(team)])
+            assert np.array_equal(part.copy_to_host(), full[3 * rank:3 * rank + 3]), ("reducescatter", name)
+            pgas.prod_reduce(team, part, part)                        # OpenSHMEM's name, in place
+            want = expected("prod", [full[3 * r:3 * r + 3] for r in range(size)])    # Gaussian integers: exact
+            assert np.array_equal(part.copy_to_host(), want), ("prod_reduce in place", name)
+        pgas.free(part)
+        pgas.free(whole)
+    destroy(made)
+    raw_src, raw_dest = pgas.buffer(32), pgas.buffer(32)
+    raw_src.copy_to_device(np.full(2, (me + 1) + 1j, np.complex128).view(np.uint8))
+    pgas.collective_on_buffer("reduce", pgas.TEAM_WORLD, raw_dest, raw_src, "complexd", "sum")
+    assert np.array_equal(raw_dest.copy_to_host().view(np.complex128), np.full(2, n * (n + 1) / 2 + n * 1j))
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.reduce: op 'min' takes no complex dtype"):
+        pgas.collective_on_buffer("reduce", pgas.TEAM_WORLD, raw_dest, raw_src, "complexd", "min")
+    if longdouble != np.float64:
+        w = pgas.zeros(2, longdouble)
+        with pytest.raises(pgas.PgasValueError, match=r"op 'xor' needs an integer or bool dtype, got float128"):
+            pgas.reduce(pgas.TEAM_WORLD, w, w, "xor")
+        pgas.free(w)
+    for a in (raw_dest, raw_src):
+        pgas.free(a)

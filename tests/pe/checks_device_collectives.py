@@ -9,7 +9,8 @@ import pgas
 import pgas.device as dev
 from pgas.core._reductions import ops_for
 from _util import on_simulator, pattern, reaches_other_nodes, simulator_only
-from checks_collectives import NARROW_DTYPES, destroy, expected, expected_wrapped, full_range, inputs, members, teams
+from checks_collectives import (ALLTOALLS_SHAPES, NARROW_DTYPES, complex_values, destroy, expected, expected_wrapped,
+                                full_range, inputs, members, strided_blocks, teams)
 
 OPS = ["sum", "prod", "min", "max", "and", "or", "xor"]
 INT_DTYPES, FLOAT_DTYPES = [np.int32, np.int64, np.uint32, np.uint64], [np.float32, np.float64]
@@ -301,6 +302,75 @@ def check_device_broadcast_fcollect_alltoall_on_every_team():
 
 
 @cuda.jit
+def alltoalls_kernel(team, dest, src, dst, sst, nelems, form):
+    """dev.alltoalls in the thread (form 0: thread 0), warp (1: warp 1) or block (2) form."""
+    if form == 0:
+        if cuda.threadIdx.x == 0:
+            dev.alltoalls(team, dest, src, dst, sst, nelems)
+    elif form == 1:
+        if cuda.threadIdx.x >= 32:
+            dev.alltoalls_warp(team, dest, src, dst, sst, nelems)
+    else:
+        dev.alltoalls_block(team, dest, src, dst, sst, nelems)
+
+
+def check_device_alltoalls_every_stride_form_and_team():
+    """The strided all-to-all in every form on every team: element k of block j of member
+    i's src (at (j*nelems + k)*sst) lands at (i*nelems + k)*dst of member j's dest; the
+    elements between dest's strides keep what they held."""
+    made = teams()
+    n = pgas.n_pes()
+    for name, team in made:
+        for (nelems, dst, sst), form in zip(ALLTOALLS_SHAPES, (0, 1, 2, 0, 2)):
+            dtype = (np.int64, np.float64, np.int32)[form]
+            src = pgas.empty(max(1, (n * nelems - 1) * sst + 1), dtype)     # (collective: every PE)
+            dest = pgas.empty(max(1, (n * nelems - 1) * dst + 1), dtype)
+            if team is not None:
+                pes, rank = members(team), pgas.team_my_pe(team)
+                size = len(pes)
+                s, d = src[:max(1, (size * nelems - 1) * sst + 1)], dest[:max(1, (size * nelems - 1) * dst + 1)]
+                s.copy_to_device(strided_blocks(pgas.my_pe(), size, nelems, sst, dtype))
+                d.copy_to_device(np.full(d.size, 7, dtype))
+                alltoalls_kernel[1, WARPS_BLOCK](team, d, s, dst, sst, nelems, form)
+                want = np.full(d.size, 7, dtype)
+                for i, pe in enumerate(pes):
+                    theirs = strided_blocks(pe, size, nelems, sst, dtype)
+                    want[i * nelems * dst:(i * nelems + nelems) * dst:dst] = \
+                        theirs[rank * nelems * sst:(rank * nelems + nelems) * sst:sst][:nelems]
+                assert np.array_equal(d.copy_to_host(), want), (name, nelems, dst, sst, form)
+            pgas.free(dest)
+            pgas.free(src)
+    destroy(made)
+
+
+@cuda.jit
+def complex_reductions(team, summed, multiplied, scanned, src, prod_src):
+    if cuda.threadIdx.x == 0:
+        dev.sum_reduce(team, summed, src)
+    dev.prod_reduce_block(team, multiplied, prod_src)
+    dev.sum_inscan_block(team, scanned, src)
+
+
+def check_device_complex_reductions_and_scans():
+    """complex64 and complex128 (OpenSHMEM's complexf, complexd) with sum and prod, and a
+    scan, on every member; Gaussian integers, exact in any order."""
+    me, n, count = pgas.my_pe(), pgas.n_pes(), 37
+    for dtype in (np.complex64, np.complex128):
+        src, prod_src = pgas.empty(count, dtype), pgas.empty(count, dtype)
+        summed, multiplied, scanned = (pgas.zeros(count, dtype) for _ in range(3))
+        src.copy_to_device(complex_values(me, count, dtype, "sum"))
+        prod_src.copy_to_device(complex_values(me, count, dtype, "prod"))
+        complex_reductions[1, BLOCK](pgas.TEAM_WORLD, summed, multiplied, scanned, src, prod_src)
+        sums = [complex_values(pe, count, dtype, "sum") for pe in range(n)]
+        assert np.array_equal(summed.copy_to_host(), expected("sum", sums)), dtype
+        assert np.array_equal(multiplied.copy_to_host(),
+                              expected("prod", [complex_values(pe, count, dtype, "prod") for pe in range(n)])), dtype
+        assert np.array_equal(scanned.copy_to_host(), expected("sum", sums[:me + 1])), dtype
+        for a in (scanned, multiplied, summed, prod_src, src):
+            pgas.free(a)
+
+
+@cuda.jit
 def named_reduce_thread(team, dest, src):
     dev.reduce(team, dest, src, "avg")
 
@@ -324,5 +394,19 @@ def check_device_collective_errors():
     with pytest.raises(pgas.PgasError, match=rf"pgas.device.broadcast: root must be a team rank within "
                                              rf"\[0, {n}\), got {n}"):
         broadcast_thread[1, 1](pgas.TEAM_WORLD, a, a, n)
+    with pytest.raises(pgas.PgasError, match=r"pgas.device.alltoalls: the src stride must be >= 1, got 0"):
+        alltoalls_kernel[1, 1](pgas.TEAM_WORLD, b, b, 1, 0, 1, 0)
+    with pytest.raises(pgas.PgasError, match=rf"pgas.device.alltoalls_block: dest has 4 elements but {5 * n} elements "
+                                             rf"at stride 1 need {5 * n}"):
+        alltoalls_kernel[1, BLOCK](pgas.TEAM_WORLD, a, b, 1, 1, 5, 2)
+    c = pgas.zeros(4, np.complex128)
+    with pytest.raises(pgas.PgasError, match=r"pgas.device.min_reduce: op 'min' takes no complex dtype"):
+        launch(REDUCE["min"], False, pgas.TEAM_WORLD, c, c)
+    pgas.free(c)
+    if np.dtype(np.longdouble) != np.float64:      # no GPU has a long double: refused on the device
+        w = pgas.zeros(4, np.longdouble)
+        with pytest.raises(pgas.PgasError, match=r"pgas.device.sum_reduce: float128 \(np.longdouble\) has no GPU type"):
+            launch(REDUCE["sum"], False, pgas.TEAM_WORLD, w, w)
+        pgas.free(w)
     pgas.free(b)
     pgas.free(a)

@@ -81,6 +81,34 @@ def check_freed_space_is_reused():
     assert pgas.info()["heap_used"] == before
 
 
+def check_a_zero_size_array_is_freed_once():
+    """A zero-byte array takes no heap space, but free knows it: a second free of it, or a free
+    of an empty slice of another array, is refused as for any array; on every PE alike."""
+    used = pgas.info()["heap_used"]
+    empty, shaped, other = pgas.empty(0, np.int64), pgas.zeros((3, 0), np.float32), pgas.buffer(0)
+    full = pgas.full(4, 1, np.int32)
+    assert pgas.info()["heap_used"] == used + 256
+    refused = r"pgas.free: a must be an array returned by pgas.empty/zeros/full .* nor one already freed"
+    for not_an_allocation in (full[4:], shaped[1:], empty[:]):       # empty slices: not the arrays themselves
+        with pytest.raises(pgas.PgasValueError, match=refused):
+            pgas.free(not_an_allocation)
+    pgas.free(empty)
+    with pytest.raises(pgas.PgasValueError, match=refused):
+        pgas.free(empty)                                            # the second free
+    pgas.free(shaped)
+    pgas.free(other)
+    for freed in (shaped, other):
+        with pytest.raises(pgas.PgasValueError, match=refused):
+            pgas.free(freed)
+    pgas.free(full)
+    with pytest.raises(pgas.PgasValueError, match=refused):
+        pgas.free(full)
+    assert pgas.info()["heap_used"] == used
+    again = pgas.zeros(0, np.int8)                                  # a new one is freed as before
+    pgas.free(again)
+    assert world().allgather(pgas.info()["heap_used"]) == [used] * pgas.n_pes()
+
+
 def check_info_reports_backend_heap_and_transports():
     info = pgas.info()
     me, n = pgas.my_pe(), pgas.n_pes()

@@ -5,7 +5,7 @@ from numba import cuda
 
 import pgas
 import pgas.device as dev
-from _util import node_pes, simulator_only
+from _util import node_pes, simulator_only, world
 
 
 @cuda.jit
@@ -203,6 +203,12 @@ def version_kernel(out):
     out[0], out[1], out[2] = major, minor, patch
     spec_major, spec_minor = dev.info_get_version()
     out[3], out[4] = spec_major, spec_minor
+
+
+@cuda.jit
+def nvshmem4py_version_kernel(major, minor, patch):
+    # nvshmem4py's form: element 0 of each array (here a slice, so element 1 of the last)
+    dev.vendor_get_version_info(major, minor, patch[1:])
 
 
 @cuda.jit
@@ -412,6 +418,75 @@ def check_team_init_and_friends_refuse_bad_arguments():
     pgas.free(a)
 
 
+def _configs_seen(team):
+    """num_contexts of ``team`` as every PE sees it (None on PEs outside it); collective."""
+    mine = pgas.team_get_config(team).num_contexts if team is not None else None
+    return world().allgather(mine)
+
+
+def check_team_get_config_gives_what_each_team_was_made_with():
+    """OpenSHMEM's shmem_team_get_config / nvshmem4py's team_get_config: the predefined teams
+    have the defaults; splits and team_init keep the num_contexts their config (a TeamConfig,
+    a dict, the config of another team) gave, by config_mask's rule; misuse names the argument."""
+    me, n = pgas.my_pe(), pgas.n_pes()
+    for team in (pgas.TEAM_WORLD, pgas.TEAM_NODE, pgas.TEAM_SHARED):
+        assert pgas.team_get_config(team) == pgas.TeamConfig(num_contexts=0)
+    evens = pgas.team_split_strided(pgas.TEAM_WORLD, 0, 2, (n + 1) // 2, pgas.TeamConfig(num_contexts=3))
+    assert _configs_seen(evens) == [3 if pe % 2 == 0 else None for pe in range(n)]
+    # OpenSHMEM's mask: only the fields it names are used (0: the defaults)
+    named = pgas.team_split_strided(pgas.TEAM_WORLD, 0, 1, n, {"num_contexts": 4}, pgas.TEAM_NUM_CONTEXTS)
+    unnamed = pgas.team_split_strided(pgas.TEAM_WORLD, 0, 1, n, pgas.TeamConfig(num_contexts=4), 0)
+    assert _configs_seen(named) == [4] * n and _configs_seen(unnamed) == [0] * n
+    assert pgas.team_get_config(named, 0) == pgas.TeamConfig()              # no field asked for
+    filled = pgas.TeamConfig(num_contexts=-1)
+    assert pgas.team_get_config(named, pgas.TEAM_NUM_CONTEXTS, filled) is filled and filled.num_contexts == 4
+    untouched = pgas.TeamConfig(num_contexts=-1)
+    pgas.team_get_config(named, 0, untouched)
+    assert untouched.num_contexts == -1
+    # nvshmem4py: the config of one team given to a 2-D split; each axis its own
+    xteam, yteam = pgas.team_split_2d(named, 2, pgas.team_get_config(named), None, {"num_contexts": 6},
+                                      pgas.TEAM_CONFIG_MASK_NUM_CONTEXTS)
+    assert _configs_seen(xteam) == [4] * n and _configs_seen(yteam) == [6] * n
+    listed = pgas.team_init(list(range(n))[::-1], config={"num_contexts": 2})
+    agreed = pgas.team_init(pgas.TeamConfig(uniqueid=4321, num_contexts=5), pgas.TEAM_CONFIG_MASK_UNIQUEID
+                            | pgas.TEAM_NUM_CONTEXTS, n, me)
+    assert _configs_seen(listed) == [2] * n and _configs_seen(agreed) == [5] * n
+    # a config is data: changing the returned one changes no team
+    pgas.team_get_config(listed).num_contexts = 9
+    assert pgas.team_get_config(listed).num_contexts == 2
+    for team in (evens, named, unnamed, xteam, yteam, listed, agreed):
+        pgas.team_destroy(team)
+    with pytest.raises(pgas.PgasValueError, match=rf"pgas.team_get_config: team {named} is not a team of PE {me} "
+                                                  r"\(never created here, or destroyed\)"):
+        pgas.team_get_config(named)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_get_config: team is None \(this PE is not a member"):
+        pgas.team_get_config(None)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_get_config: team must be a team handle"):
+        pgas.team_get_config("TEAM_WORLD")
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_get_config: config_mask must be None \(every field "
+                                                  r"of the config\), 0 .* got 4"):
+        pgas.team_get_config(pgas.TEAM_WORLD, 4)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_get_config: config must be a pgas.TeamConfig to fill"):
+        pgas.team_get_config(pgas.TEAM_WORLD, None, {"num_contexts": 1})
+    split = "pgas.team_split_strided"
+    for config, mask, text in [({"contexts": 2}, None, r"config has no field 'contexts': a team configuration has "
+                                                       r"uniqueid, num_contexts, version"),
+                               (pgas.TeamConfig(num_contexts=-1), None, r"config.num_contexts must be >= 0, got -1"),
+                               ({"num_contexts": 1.5}, None, r"config.num_contexts must be an integer, got 1.5"),
+                               (3, None, r"config must be a pgas.TeamConfig, a dict such as \{'num_contexts': 2\}, "
+                                         r"or None, got 3"),
+                               (None, pgas.TEAM_NUM_CONTEXTS, r"config_mask=1 names fields of config, but config "
+                                                              r"is None"),
+                               (None, True, r"config_mask must be None .*, got True")]:
+        with pytest.raises(pgas.PgasValueError, match=f"{split}: {text}"):
+            pgas.team_split_strided(pgas.TEAM_WORLD, 0, 1, n, config, mask)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_split_2d: yaxis_mask must be None .*, got -1"):
+        pgas.team_split_2d(pgas.TEAM_WORLD, 1, None, 0, None, -1)
+    with pytest.raises(pgas.PgasValueError, match=r"pgas.team_init: config.num_contexts must be >= 0, got -2"):
+        pgas.team_init([me], config={"num_contexts": -2})
+    pgas.barrier_all()
+
+
 def check_version_queries_host_and_in_a_kernel():
     major, minor, patch = (int(x) for x in pgas.__version__.split("."))
     assert pgas.vendor_get_version_info() == (major, minor, patch)
@@ -420,6 +495,9 @@ def check_version_queries_host_and_in_a_kernel():
     out = np.zeros(5, np.int64)
     version_kernel[1, 1](out)
     assert out.tolist() == [major, minor, patch, 1, 6]
+    got = np.full(1, 99, np.int64), np.full(1, 99, np.int32), np.full(3, 99, np.uint64)
+    nvshmem4py_version_kernel[1, 1](*got)
+    assert [got[0][0], got[1][0], *got[2].tolist()] == [major, minor, 99, patch, 99]
     name, short, written = np.zeros(100, np.int8), np.full(5, 7, np.uint8), np.zeros(2, np.int64)
     name_kernel[1, 1](name, short, written)
     text = pgas.info_get_name().encode()

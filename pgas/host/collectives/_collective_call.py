@@ -194,7 +194,7 @@ def reduction_pair(call: Call, dest, src, op: str):
     in_place = overlap(d, s, call.fn)
     if in_place and array_span(d, call.fn, "dest")[0] != array_span(s, call.fn, "src")[0]:
         raise PgasValueError(f"{call.fn}: dest and src must be the same array or not overlap")
-    return d, s, in_place, reduction_ufunc(call.fn, op, d.dtype)
+    return d, s, in_place, reduction_ufunc(call.fn, op, d.dtype, on_device=call.rt.on_gpu)
 
 
 def no_overlap(call: Call, d, s) -> None:

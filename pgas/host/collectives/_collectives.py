@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core._checks import check_dtypes_match, check_root
+from ...core._checks import check_dtypes_match, check_root, check_strided_blocks
 from ...core._errors import PgasValueError
 from ...core._reductions import reduce_into, reduction_ufunc
 from . import _eager, _mpi_collectives as _mpi
@@ -40,7 +40,7 @@ from ._collective_call import (DONE, DOWN0, DOWN1, READY, RING, UP0, UP1, Call, 
                                pull_all, reduction_pair, repeat, staged)
 from ._trees import double_binary_tree
 
-__all__ = ["broadcast", "fcollect", "alltoall", "reduce", "reducescatter", "ALGORITHMS"]
+__all__ = ["broadcast", "fcollect", "alltoall", "alltoalls", "reduce", "reducescatter", "ALGORITHMS"]
 
 ALGORITHMS = ("auto", "eager", "ring", "tree", "oneshot", "mpi")
 _TREE_CHUNK_BYTES = 1 << 20          # pipelining unit of the tree
@@ -161,6 +161,46 @@ def alltoall(team, dest, src, stream=None) -> None:
     call.keep(key, call.general(lambda: pull_all(call, exchange)))
 
 
+def alltoalls(team, dest, src, dst_stride: int, src_stride: int, nelems: int, stream=None) -> None:
+    """OpenSHMEM's strided all-to-all (``shmem_alltoalls``): element k of block j of member
+    i's ``src``, at ``(j*nelems + k)*src_stride``, goes to ``(i*nelems + k)*dst_stride`` of
+    member j's ``dest``. Strides count elements and are >= 1; ``dest`` and ``src`` are
+    symmetric, of one dtype, and must not overlap; each must hold its team size x
+    ``nelems`` strided elements. Elements between the strides of ``dest`` are left as they
+    are. Collective over ``team``; ``stream`` as the other host collectives."""
+    key = ("alltoalls", team, dst_stride, src_stride, nelems, id(dest), id(src))
+    if type(team) is int and repeat(key, dest, src):
+        return
+    call = Call("pgas.alltoalls", team)
+    d, s = call.arrays(dest, src)
+    dst, sst, nelems = check_strided_blocks(call.fn, d, s, dst_stride, src_stride, nelems, call.n)
+    no_overlap(call, d, s)
+    if on_gpu(call, "alltoalls", d, s, dst, sst, nelems, stream=stream):
+        return
+    # block j of member i: its nelems elements, strided, from (j*nelems)*stride on
+    def block(arr, j, stride):
+        return arr[j * nelems * stride:(j * nelems + nelems - 1) * stride + 1:stride]
+    if _mpi.spans_nodes(call):
+        sent, received = np.empty((call.n, nelems), s.dtype), np.empty((call.n, nelems), d.dtype)
+        exchange = _mpi.alltoall_runner(call, received, sent)
+
+        def run():
+            for rank in range(call.n):
+                np.copyto(sent[rank], block(s, rank, sst))
+            exchange()
+            for rank in range(call.n):
+                np.copyto(block(d, rank, dst), received[rank])
+        call.keep(key, run)
+        return
+    me = call.me
+    mine = slice(me * nelems * sst, (me * nelems + nelems - 1) * sst + 1) if nelems else slice(0, 0)
+
+    def exchange():
+        for rank in range(call.n):
+            np.copyto(block(d, rank, dst), call.read(rank, "src", mine)[::sst])
+    call.keep(key, call.general(lambda: pull_all(call, exchange)))
+
+
 def reducescatter(team, dest, src, op: str = "sum", stream=None) -> None:
     """Reduce every member's ``src`` element-wise with ``op``; member i keeps block i in ``dest``."""
     key = ("reducescatter", team, op, id(dest), id(src))
@@ -170,7 +210,7 @@ def reducescatter(team, dest, src, op: str = "sum", stream=None) -> None:
     d, s = call.arrays(dest, src)
     checked_pair(call, d, s, d.size, call.n * d.size, "src must hold team size x dest.size elements")
     no_overlap(call, d, s)
-    ufunc = reduction_ufunc(call.fn, op, d.dtype)
+    ufunc = reduction_ufunc(call.fn, op, d.dtype, on_device=call.rt.on_gpu)
     if staged(call, d, s, False, stream,
                lambda host_d, host_s: _mpi.reducescatter_runner(call, host_d, host_s, op, ufunc)()) or \
             on_gpu(call, f"{op}_reducescatter", d, s, stream=stream):

@@ -6,7 +6,7 @@ round. Here one call of compiled code (llvmlite, as ``_cpu_atomics``) does it in
 0.1 µs. The element rule is the one the GPU uses (``pgas/cuda/_ir.py``: ``combine``), which is
 numpy's with ``out=`` in the element type, and the order is ``reduce_into``'s
 (((b0 op b1) op b2) ...), so every member gets numpy's bits. Compiled per (dtype, op) on
-first use, a few milliseconds each; float16 and bfloat16 are left to numpy.
+first use, a few milliseconds each; float16, bfloat16, complex and long double are left to numpy.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import threading
 import numpy as np
 from cffi import FFI
 
-from ...core._reductions import BFLOAT16, OPS, REDUCTION_DTYPES
+from ...core._reductions import REDUCTION_DTYPES, ops_for
 
 __all__ = ["compiled_fold"]
 
@@ -27,6 +27,9 @@ _engine = None             # llvmlite's MCJIT engine (owns every compiled module
 _machine = None            # its target machine: this CPU, with its vector extensions
 _compiling = threading.Lock()
 _failed = False            # set once building failed: numpy from then on
+# what the compiled fold takes: integers, bool and float32/64 (numpy folds the 16-bit
+# floats, complex numbers and long double)
+_ELEMENT_DTYPES = tuple(d for d in REDUCTION_DTYPES if d.kind in "iub" or d in (np.float32, np.float64))
 
 
 def _element_type(dtype: np.dtype):
@@ -109,10 +112,11 @@ def _compile(dtype: np.dtype, op: str):
 
 def compiled_fold(dtype: np.dtype, op: str):
     """``fold(out_address, sources_address, n, count)`` for ``op`` on ``dtype`` (see the
-    module), or None where numpy does it (float16, bfloat16, dtypes and ops reductions refuse)."""
+    module), or None where numpy does it (float16, bfloat16, complex, long double, dtypes and
+    ops reductions refuse)."""
     key = (dtype, op)
     if key not in _folds:
-        usable = dtype in REDUCTION_DTYPES and dtype not in (np.float16, BFLOAT16) and op in OPS
+        usable = dtype in _ELEMENT_DTYPES and op in ops_for(dtype)
         with _compiling:   # simulated threads may race here
             if key not in _folds:
                 _folds[key] = _compiled_or_none(dtype, op) if usable else None

@@ -21,7 +21,8 @@ from ..synchronization._sync import team_barrier
 
 __all__ = ["collect", "collective_on_buffer"]     # + the generated names
 
-# NVSHMEM's element type names (the <TYPENAME> of its collectives) -> numpy's
+# NVSHMEM's element type names (the <TYPENAME> of its collectives), and OpenSHMEM's for the
+# types NVSHMEM lacks -> numpy's
 ELEMENT_TYPES: dict = {
     "half": np.float16, "float": np.float32, "double": np.float64, "bfloat16": BFLOAT16,
     "char": np.int8, "schar": np.int8, "short": np.int16, "int": np.int32, "long": np.int64, "longlong": np.int64,
@@ -29,6 +30,8 @@ ELEMENT_TYPES: dict = {
     "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
     "size": np.uint64, "ptrdiff": np.int64,
+    # OpenSHMEM 1.5's (its <TYPENAME>s for complex and long double reductions)
+    "complexf": np.complex64, "complexd": np.complex128, "longdouble": np.longdouble,
 }
 _ON_BUFFER = ("reduce", "reducescatter", "fcollect", "alltoall", "broadcast")
 

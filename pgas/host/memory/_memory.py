@@ -121,6 +121,8 @@ def _allocate(fn: str, shape, dtype, fill=None, order: str = "C", alignment: int
         if offset is not None:
             rt.allocator.release(offset)
         raise
+    if offset is None:
+        rt.empty_arrays[id(view)] = view
     return _device_array(view)
 
 
@@ -270,13 +272,23 @@ def finish_gpu_work(rt: Runtime) -> None:
         cuda.synchronize()
 
 
-def _symmetric_block(rt: Runtime, arr, fn: str) -> int:
-    """Heap offset of the allocation (or registered memory) that ``arr`` is (not a slice of it)."""
+def _not_an_allocation(fn: str) -> PgasValueError:
+    return PgasValueError(f"{fn}: a must be an array returned by pgas.empty/zeros/full (or calloc, align, "
+                          "malloc_with_hints, buffer), not a slice of one, nor one already freed")
+
+
+def _symmetric_block(rt: Runtime, arr, fn: str) -> int | None:
+    """Heap offset of the allocation (or registered memory) that ``arr`` is (not a slice of
+    it); None for a zero-byte array, which has no heap space: ``arr`` must then be the array
+    itself of a live one (a slice, or one freed already, is refused all the same)."""
     data = as_ndarray(arr, fn, "a")
+    if not data.nbytes:
+        if rt.empty_arrays.get(id(data)) is not data:
+            raise _not_an_allocation(fn)
+        return None
     offset = rt.heap.offset_of(data, fn, "a")
     if rt.allocator.block_at(offset) is None and offset not in rt.symmetric_registrations:
-        raise PgasValueError(f"{fn}: a must be an array returned by pgas.empty/zeros/full (or calloc, align, "
-                             "malloc_with_hints, buffer), not a slice of one, nor one already freed")
+        raise _not_an_allocation(fn)
     return offset
 
 
@@ -294,6 +306,8 @@ def free(a) -> None:
 
     Freeing a view of another PE's copy (from ``peer_array``) does nothing (as in
     nvshmem4py): the memory is the peer's, freed when the peer's own array is. Under PGAS_DEBUG it is reported on stderr.
+    A slice, or an array freed already, is refused (PgasValueError), zero-byte arrays
+    included: they take no heap space, but pgas knows the ones it made until they are freed.
     """
     rt = runtime("pgas.free")
     data = as_ndarray(a, "pgas.free", "a")
@@ -303,14 +317,15 @@ def free(a) -> None:
             print(f"[PE {rt.my_pe}] pgas.free: a is a view of PE {holder}'s memory (from peer_array); "
                   "nothing freed", file=sys.stderr, flush=True)
         return
-    # no bytes: made without heap space (_allocate), only the collective's wait
-    offset = _symmetric_block(rt, data, "pgas.free") if data.nbytes else None
+    offset = _symmetric_block(rt, data, "pgas.free")    # None: no bytes, no heap space (_allocate)
     if offset in rt.symmetric_registrations:
         raise PgasValueError("pgas.free: a is memory made symmetric by pgas.register_symmetric: "
                              "give it to pgas.unregister_symmetric instead")
     finish_gpu_work(rt)
     wait_all(rt.boot.comm, "pgas.free", record=f"heap offset {offset}")  # nobody may still be writing into it
-    if offset is not None:
+    if offset is None:
+        del rt.empty_arrays[id(data)]
+    else:
         rt.allocator.release(offset)
 
 

@@ -21,7 +21,10 @@ contexts' requests included). How a context keeps its requests apart, per path:
   ``ctx.quiet`` waits for that stream only.
 
 ``pgas.CTX_DEFAULT`` is the default context: its methods are the plain calls
-(``CTX_DEFAULT.quiet()`` is ``pgas.quiet()``). A context made by ``team_create_ctx``
+(``CTX_DEFAULT.quiet()`` is ``pgas.quiet()``). ``pgas.CTX_INVALID`` (OpenSHMEM's
+``SHMEM_CTX_INVALID``) is no context: what ``team_create_ctx`` gives for TEAM_INVALID
+(``None``, as OpenSHMEM 1.5 says), and a value a context variable may hold; every call
+on it raises PgasValueError naming it, but ``destroy`` (a no-op, as in OpenSHMEM 1.5). A context made by ``team_create_ctx``
 takes PE numbers relative to its team, as OpenSHMEM's do. Atomics on a context are the
 host atomics (complete on return, so no context has any left to complete). ``fence`` on
 a context is its ``quiet`` (stronger than ordering, as OpenSHMEM allows).
@@ -40,7 +43,7 @@ from ...runtime._state import Runtime, runtime
 from ...runtime._team_table import team_of
 from . import _atomics, _rma
 
-__all__ = ["Context", "ctx_create", "ctx_destroy", "team_create_ctx", "CTX_DEFAULT",
+__all__ = ["Context", "ctx_create", "ctx_destroy", "team_create_ctx", "CTX_DEFAULT", "CTX_INVALID",
            "CTX_SERIALIZED", "CTX_PRIVATE", "CTX_NOSTORE"]
 
 # OpenSHMEM's option bits: promises of the caller that an implementation may use. pgas
@@ -55,11 +58,12 @@ class Context:
     every host ``atomic_*``, ``fence``, ``quiet``, ``destroy``, with the arguments of the
     ``pgas.*`` calls of the same names (PEs relative to the context's team)."""
 
-    def __init__(self, options: int, team, rt: Runtime | None, default: bool = False):
+    def __init__(self, options: int, team, rt: Runtime | None, default: bool = False, invalid: bool = False):
         self.options = options
         self._team = team
-        self._rt = rt                  # the runtime it was made in (None: the default context)
+        self._rt = rt                  # the runtime it was made in (None: CTX_DEFAULT, CTX_INVALID)
         self._default = default
+        self._invalid = invalid        # CTX_INVALID: every call raises
         self._tickets: list = []       # (engine, ticket) of its requests through the NIC
         self._lanes: dict = {}         # remote engine -> its lane (queue pairs) for this context
         self._lock = threading.Lock()
@@ -67,16 +71,21 @@ class Context:
         self._live = True
 
     def __repr__(self) -> str:
-        what = "CTX_DEFAULT" if self._default else f"options={self.options}, team={self._team}"
+        what = ("CTX_DEFAULT" if self._default else "CTX_INVALID" if self._invalid
+                else f"options={self.options}, team={self._team}")
         return f"<pgas.Context {what}{'' if self._live else ' (destroyed)'}>"
 
     def get_team(self):
         """The team of this context (TEAM_WORLD unless made by ``team_create_ctx``)."""
+        if self._invalid:
+            raise _invalid_use("pgas.Context.get_team")
         return self._team
 
     # Helpers ----------------------------------------------------------------------
 
     def _runtime(self, fn: str) -> Runtime:
+        if self._invalid:
+            raise _invalid_use(fn)
         rt = runtime(fn)
         if not self._live:
             raise PgasValueError(f"{fn}: ctx was destroyed (pgas.ctx_destroy); create another with pgas.ctx_create")
@@ -153,7 +162,13 @@ class Context:
 
     def quiet(self) -> None:
         """Complete every operation issued on this context (only those: see the module)."""
-        fn = "pgas.Context.quiet"
+        self._quiet("pgas.Context.quiet")
+
+    def fence(self) -> None:
+        """Order this context's puts to each PE: here its ``quiet`` (which is stronger)."""
+        self._quiet("pgas.Context.fence")
+
+    def _quiet(self, fn: str) -> None:
         rt = self._runtime(fn)
         if self._default:
             _rma.quiet()
@@ -164,10 +179,6 @@ class Context:
             with self._lock:
                 kept, self._tickets = self._tickets, []
             rt.transports.complete(fn, kept)
-
-    def fence(self) -> None:
-        """Order this context's puts to each PE: here its ``quiet`` (which is stronger)."""
-        self.quiet()
 
     def destroy(self) -> None:
         """``pgas.ctx_destroy(self)``."""
@@ -194,6 +205,13 @@ for _name in _atomics.__all__:
 del _name
 
 CTX_DEFAULT = Context(0, TEAM_WORLD, None, default=True)
+CTX_INVALID = Context(0, None, None, invalid=True)
+
+
+def _invalid_use(fn: str) -> PgasValueError:
+    return PgasValueError(f"{fn}: ctx is pgas.CTX_INVALID, which is no context (what team_create_ctx gives for "
+                          "team None, TEAM_INVALID); use a context from pgas.ctx_create, or from "
+                          "pgas.team_create_ctx on a team of this PE, or pgas.CTX_DEFAULT")
 
 
 def _check_options(fn: str, options) -> int:
@@ -224,19 +242,32 @@ def ctx_create(options: int = 0) -> Context:
 
 def team_create_ctx(team, options: int = 0) -> Context:
     """A new context on ``team`` (OpenSHMEM ``shmem_team_create_ctx``): its calls take PE
-    numbers relative to ``team``. Options as for ``ctx_create``."""
+    numbers relative to ``team``. Options as for ``ctx_create``.
+
+    For ``team`` None (TEAM_INVALID: what a split gives the PEs outside the new team) it
+    returns ``CTX_INVALID``, as OpenSHMEM 1.5 has it (there ``ctx`` is set to
+    ``SHMEM_CTX_INVALID`` and the call returns nonzero); calls on that raise. A handle that
+    is not a team of this PE (never made here, or destroyed; undefined in OpenSHMEM)
+    raises PgasValueError.
+    """
     fn = "pgas.team_create_ctx"
     rt = runtime(fn)
+    options = _check_options(fn, options)
+    if team is None:
+        return CTX_INVALID
     found = team_of(rt, team, fn)
-    return Context(_check_options(fn, options), found.handle, rt)
+    return Context(options, found.handle, rt)
 
 
 def ctx_destroy(ctx: Context) -> None:
     """Complete ``ctx``'s operations (its ``quiet``) and end it; a later use raises
-    PgasValueError. ``CTX_DEFAULT`` cannot be destroyed."""
+    PgasValueError. ``CTX_DEFAULT`` cannot be destroyed; destroying ``CTX_INVALID`` does
+    nothing (OpenSHMEM 1.5), so a program may destroy whatever ``team_create_ctx`` gave it."""
     fn = "pgas.ctx_destroy"
     if not isinstance(ctx, Context):
         raise PgasValueError(f"{fn}: ctx must be a context from pgas.ctx_create, got {ctx!r}")
+    if ctx._invalid:
+        return
     if ctx._default:
         raise PgasValueError(f"{fn}: CTX_DEFAULT cannot be destroyed")
     if not ctx._live:

@@ -3,7 +3,8 @@
 A team is an integer handle (it passes into kernels as-is); ``None`` stands for "not a
 member" (NVSHMEM's TEAM_INVALID). Splits are collective over the parent team: every
 member calls with the same arguments. Each team has its own MPI communicator for host
-synchronization and its own row of device barrier words.
+synchronization and its own row of device barrier words, and keeps the configuration it
+was made with (``TeamConfig``: ``num_contexts``), which ``team_get_config`` gives back.
 """
 from __future__ import annotations
 
@@ -25,7 +26,15 @@ from ..synchronization._sync import team_barrier
 from ._team_names import check_new_name, forget_team, name_team, team_named
 
 __all__ = ["get_multicast_array", "get_multicast_buffer", "team_split_strided", "team_split_2d", "team_init",
-           "get_team_unique_id", "TeamUniqueId", "TeamConfig", "team_my_pe", "team_n_pes", "team_translate_pe", "team_destroy", "team_ptr", "barrier", "sync"]
+           "get_team_unique_id", "TeamUniqueId", "TeamConfig", "team_get_config", "TEAM_NUM_CONTEXTS",
+           "TEAM_CONFIG_MASK_NUM_CONTEXTS", "TEAM_CONFIG_MASK_UNIQUEID", "team_my_pe", "team_n_pes",
+           "team_translate_pe", "team_destroy", "team_ptr", "barrier", "sync"]
+
+# The bits of a config_mask: which fields of a team's config to use (OpenSHMEM's
+# SHMEM_TEAM_NUM_CONTEXTS; NVSHMEM's NVSHMEM_TEAM_CONFIG_MASK_* with the same values).
+TEAM_NUM_CONTEXTS = TEAM_CONFIG_MASK_NUM_CONTEXTS = 1 << 0
+TEAM_CONFIG_MASK_UNIQUEID = 1 << 1   # config.uniqueid, which team_init's nvshmem4py form reads whatever the mask
+_MASK_BITS = TEAM_NUM_CONTEXTS | TEAM_CONFIG_MASK_UNIQUEID
 
 
 def _free_slots(rt: Runtime, parent: Team, count: int, fn: str, comm=None) -> list[int]:
@@ -43,7 +52,8 @@ def _free_slots(rt: Runtime, parent: Team, count: int, fn: str, comm=None) -> li
     return slots
 
 
-def _install(rt: Runtime, slot: int, members: tuple[int, ...] | None, parent: Team) -> Team | None:
+def _install(rt: Runtime, slot: int, members: tuple[int, ...] | None, parent: Team,
+             num_contexts: int) -> Team | None:
     """Collective over ``parent``: make the team of ``members`` (world PEs) at ``slot``."""
     from mpi4py import MPI
 
@@ -52,7 +62,7 @@ def _install(rt: Runtime, slot: int, members: tuple[int, ...] | None, parent: Te
     comm = parent.comm.Split(color, members.index(rt.my_pe) if mine else 0)
     if not mine:
         return None
-    team = Team(slot, members, members.index(rt.my_pe), comm)
+    team = Team(slot, members, members.index(rt.my_pe), comm, num_contexts)
     rt.reset_team_slot(slot)  # fresh barrier epochs; peers wait for this below
     rt.set_team(slot, team)
     return team
@@ -66,13 +76,16 @@ def _check_int(fn: str, what: str, value, minimum: int) -> int:
     return int(value)
 
 
-def team_split_strided(parent, start: int, stride: int, size: int, config=None, config_mask: int = 0,
+def team_split_strided(parent, start: int, stride: int, size: int, config=None, config_mask: int | None = None,
                        new_team_name: str | None = None):
     """A team of ``size`` members of ``parent``: its PEs ``start, start+stride, ...``.
 
-    ``config`` and ``config_mask`` (nvshmem4py's) are accepted and ignored: pgas teams
-    have no options. ``new_team_name``: the new team is also ``pgas.Teams.<name>`` on its
-    members (``_team_names``).
+    ``config``: the new team's configuration (a ``TeamConfig``, a dict of its fields such
+    as ``{"num_contexts": 2}``, or None for the defaults), which ``team_get_config`` gives
+    back; ``config_mask`` (OpenSHMEM's, nvshmem4py's) the fields of it to use
+    (``TEAM_NUM_CONTEXTS``; 0: none, the defaults), or None for all of them.
+    ``new_team_name``: the new team is also ``pgas.Teams.<name>`` on its members
+    (``_team_names``).
 
     Collective over ``parent`` (same arguments on every member). Returns the new team's
     handle on its members and ``None`` on the other PEs of ``parent``.
@@ -88,10 +101,11 @@ def team_split_strided(parent, start: int, stride: int, size: int, config=None, 
         raise PgasValueError(f"{fn}: start + (size-1)*stride = {last} is outside the parent team "
                              f"of {par.size} PEs (start={start}, stride={stride}, size={size})")
     members = tuple(par.pes[start + i * stride] for i in range(size))
+    num_contexts = _requested_contexts(fn, config, config_mask)
     if rt.my_pe in members:
         check_new_name(rt, new_team_name, fn)
     slot, = _free_slots(rt, par, 1, fn)
-    team = _install(rt, slot, members, par)
+    team = _install(rt, slot, members, par, num_contexts)
     wait_all(par.comm, fn, par.pes)
     if team is None:
         return None
@@ -99,12 +113,13 @@ def team_split_strided(parent, start: int, stride: int, size: int, config=None, 
     return team.handle
 
 
-def team_split_2d(parent, xrange: int, xaxis_config=None, xaxis_mask: int = 0, yaxis_config=None,
-                  yaxis_mask: int = 0, new_team_name: str | None = None):
+def team_split_2d(parent, xrange: int, xaxis_config=None, xaxis_mask: int | None = None, yaxis_config=None,
+                  yaxis_mask: int | None = None, new_team_name: str | None = None):
     """Split ``parent`` into a 2-D grid with rows of ``xrange`` PEs: returns ``(xteam, yteam)``.
 
-    The axis configurations and masks (nvshmem4py's) are accepted and ignored, and so is
-    ``new_team_name`` (one name for two teams: neither is registered in ``pgas.Teams``).
+    ``xaxis_config``/``xaxis_mask`` configure ``xteam`` and ``yaxis_config``/``yaxis_mask``
+    ``yteam``, as ``config``/``config_mask`` of ``team_split_strided`` do. ``new_team_name``
+    is accepted and ignored (one name for two teams: neither is registered in ``pgas.Teams``).
 
     ``xteam`` holds this PE's row (consecutive parent ranks; the last row may be
     shorter), ``yteam`` its column (parent ranks equal modulo ``xrange``). Collective over
@@ -115,13 +130,15 @@ def team_split_2d(parent, xrange: int, xaxis_config=None, xaxis_mask: int = 0, y
     par = team_of(rt, parent, fn, "parent")
     xrange = _check_int(fn, "xrange", xrange, 1)
     xrange = min(xrange, par.size)
+    xcontexts = _requested_contexts(fn, xaxis_config, xaxis_mask, "xaxis_config", "xaxis_mask")
+    ycontexts = _requested_contexts(fn, yaxis_config, yaxis_mask, "yaxis_config", "yaxis_mask")
     me = par.my_index
     row_start, column = me - me % xrange, me % xrange
     row = par.pes[row_start:row_start + xrange]
     col = par.pes[column::xrange]
     xslot, yslot = _free_slots(rt, par, 2, fn)
-    xteam = _install(rt, xslot, row, par)
-    yteam = _install(rt, yslot, col, par)
+    xteam = _install(rt, xslot, row, par, xcontexts)
+    yteam = _install(rt, yslot, col, par, ycontexts)
     wait_all(par.comm, fn, par.pes)
     return xteam.handle, yteam.handle
 
@@ -137,12 +154,100 @@ class TeamUniqueId(UniqueId):
 
 @dataclass
 class TeamConfig:
-    """nvshmem4py's ``TeamConfig`` for ``team_init``: ``uniqueid`` from ``get_team_unique_id()``
-    (the other fields are accepted and ignored: pgas teams have no contexts of their own)."""
+    """A team's configuration (OpenSHMEM's ``shmem_team_config_t``, nvshmem4py's ``TeamConfig``):
+    what the team splits and ``team_init`` take as ``config``, and ``team_get_config`` returns.
+
+    ``num_contexts``: how many contexts the program means to make on the team at once
+    (OpenSHMEM's hint to reserve resources; default 0). pgas keeps it for
+    ``team_get_config``; its contexts take no reserved resources, so more may be made.
+    ``uniqueid``: for nvshmem4py's form of ``team_init`` only, an id from
+    ``get_team_unique_id()``. ``version``: nvshmem4py's layout version, not read.
+    """
 
     uniqueid: TeamUniqueId | None = None
     num_contexts: int = 0
     version: int = 2
+
+
+_CONFIG_FIELDS = ("uniqueid", "num_contexts", "version")
+
+
+def _as_team_config(fn: str, config, what: str):
+    """``config`` as an object with TeamConfig's fields: a TeamConfig (or any object with
+    ``num_contexts`` or ``uniqueid``, as nvshmem4py's own), a dict of its fields, or None
+    (the defaults)."""
+    if config is None:
+        return TeamConfig()
+    if isinstance(config, dict):
+        unknown = [key for key in config if key not in _CONFIG_FIELDS]
+        if unknown:
+            raise PgasValueError(f"{fn}: {what} has no field {unknown[0]!r}: a team configuration has "
+                                 f"{', '.join(_CONFIG_FIELDS)}")
+        return TeamConfig(**config)
+    if hasattr(config, "num_contexts") or hasattr(config, "uniqueid"):
+        return config
+    raise PgasValueError(f"{fn}: {what} must be a pgas.TeamConfig, a dict such as {{'num_contexts': 2}}, or None, "
+                         f"got {config!r}")
+
+
+def _check_mask(fn: str, mask, what: str) -> int | None:
+    """``mask`` (a config_mask) checked: None (every field of the config) or a combination of
+    the TEAM_CONFIG_MASK_* bits."""
+    if mask is None:
+        return None
+    if isinstance(mask, (bool, np.bool_)) or not isinstance(mask, numbers.Integral) or mask < 0 or mask & ~_MASK_BITS:
+        raise PgasValueError(f"{fn}: {what} must be None (every field of the config), 0 (none: the defaults) or a "
+                             f"combination of pgas.TEAM_NUM_CONTEXTS ({TEAM_NUM_CONTEXTS}) and "
+                             f"pgas.TEAM_CONFIG_MASK_UNIQUEID ({TEAM_CONFIG_MASK_UNIQUEID}), got {mask!r}")
+    return int(mask)
+
+
+def _requested_contexts(fn: str, config, mask, what: str = "config", mask_what: str = "config_mask") -> int:
+    """The ``num_contexts`` a team made with ``config`` and ``mask`` has: the config's where the
+    mask is None or has TEAM_NUM_CONTEXTS, else the default 0 (OpenSHMEM's rule)."""
+    mask = _check_mask(fn, mask, mask_what)
+    if config is None and mask:
+        raise PgasValueError(f"{fn}: {mask_what}={mask} names fields of {what}, but {what} is None; give a "
+                             f"pgas.TeamConfig, or {mask_what}=0")
+    config = _as_team_config(fn, config, what)
+    if mask is not None and not mask & TEAM_NUM_CONTEXTS:
+        return 0
+    return _check_int(fn, f"{what}.num_contexts", getattr(config, "num_contexts", 0), 0)
+
+
+def team_get_config(team, config_mask: int | None = None, config: TeamConfig | None = None) -> TeamConfig:
+    """The configuration ``team`` was made with (OpenSHMEM's ``shmem_team_get_config``,
+    nvshmem4py's ``team_get_config``). Not collective.
+
+    Parameters
+    ----------
+    team : int
+        A team this PE belongs to: ``TEAM_WORLD``, ``TEAM_NODE`` (``TEAM_SHARED``; these
+        have the default configuration) or one made by a split or ``team_init`` and not
+        destroyed (else PgasValueError; also for ``None``, the TEAM_INVALID of a non-member).
+    config_mask : int, optional
+        The fields to give (``TEAM_NUM_CONTEXTS``), OpenSHMEM's form; None: all of them.
+    config : TeamConfig, optional
+        Filled in, OpenSHMEM's form: the fields in ``config_mask`` are set, the others left
+        as they are. Without it, a new ``TeamConfig`` (fields outside the mask at their defaults).
+
+    Returns
+    -------
+    TeamConfig
+        ``num_contexts`` as the team's creator asked (0 by default). ``uniqueid`` is not
+        kept: the id of ``team_init`` is an MPI port, closed once the team is made.
+    """
+    fn = "pgas.team_get_config"
+    found = team_of(runtime(fn), team, fn)
+    mask = _check_mask(fn, config_mask, "config_mask")
+    if config is None:
+        config = TeamConfig()
+    elif not isinstance(config, TeamConfig):
+        raise PgasValueError(f"{fn}: config must be a pgas.TeamConfig to fill in (or None for a new one), "
+                             f"got {config!r}")
+    if mask is None or mask & TEAM_NUM_CONTEXTS:
+        config.num_contexts = found.num_contexts
+    return config
 
 
 def get_team_unique_id() -> TeamUniqueId:
@@ -178,7 +283,7 @@ def _check_pe_list(fn: str, pes, n_pes: int) -> tuple[int, ...]:
     return members
 
 
-def _install_over(rt: Runtime, members: tuple[int, ...], fn: str) -> int:
+def _install_over(rt: Runtime, members: tuple[int, ...], fn: str, num_contexts: int) -> int:
     """The members (only they take part) make the team of ``members``: its communicator from
     the world's group of them (``Create_group``, collective over the members only), a slot
     free on all of them, fresh synchronization words. Returns the handle."""
@@ -197,14 +302,14 @@ def _install_over(rt: Runtime, members: tuple[int, ...], fn: str) -> int:
     except PgasError:
         comm.Free()
         raise
-    team = Team(slot, members, members.index(rt.my_pe), comm)
+    team = Team(slot, members, members.index(rt.my_pe), comm, num_contexts)
     rt.reset_team_slot(slot)  # fresh barrier epochs; members wait for this below
     rt.set_team(slot, team)
     wait_all(comm, fn, members)
     return slot
 
 
-def team_init(pes=None, config_mask: int = 0, npes: int | None = None, pe_idx_in_team: int | None = None,
+def team_init(pes=None, config_mask: int | None = None, npes: int | None = None, pe_idx_in_team: int | None = None,
               new_team_name: str | None = None, *, config=None) -> int:
     """The team of exactly the world PEs ``pes``, in that order (``pes[i]`` gets team rank ``i``).
 
@@ -223,11 +328,15 @@ def team_init(pes=None, config_mask: int = 0, npes: int | None = None, pe_idx_in
         The world PEs of the team, distinct and in range; this PE among them. Or
         nvshmem4py's ``config`` (a ``pgas.TeamConfig``, or anything with ``uniqueid``).
     config_mask, npes, pe_idx_in_team
-        nvshmem4py's form: ``npes`` and ``pe_idx_in_team`` are required; ``config_mask``
-        must be a non-negative integer. ``config.uniqueid`` is an id from
-        ``get_team_unique_id()``, or, for a team of every PE (``npes == n_pes()``), any
-        integer that every PE passes (nvshmem4py's tests do so); the members are then
-        ordered by ``pe_idx_in_team``.
+        nvshmem4py's form: ``npes`` and ``pe_idx_in_team`` are required. ``config.uniqueid``
+        is an id from ``get_team_unique_id()``, or, for a team of every PE (``npes ==
+        n_pes()``), any integer that every PE passes (nvshmem4py's tests do so); the
+        members are then ordered by ``pe_idx_in_team``.
+    config : TeamConfig, dict or None, keyword
+        With ``pes``: the new team's configuration (``num_contexts``, which
+        ``team_get_config`` gives back), as for ``team_split_strided``; ``config_mask``
+        (None: every field; 0: the defaults; ``TEAM_NUM_CONTEXTS``) picks its fields, in
+        both forms.
     new_team_name : str, optional
         The new team is also ``pgas.Teams.<name>`` on its members, and
         ``team_destroy(name)`` destroys it.
@@ -240,30 +349,31 @@ def team_init(pes=None, config_mask: int = 0, npes: int | None = None, pe_idx_in
     fn = "pgas.team_init"
     rt = runtime(fn)
     check_new_name(rt, new_team_name, fn)
-    if config is not None or (pes is not None and hasattr(pes, "uniqueid")):
-        handle = _team_init_by_id(rt, config if config is not None else pes, config_mask, npes, pe_idx_in_team, fn)
+    if hasattr(pes, "uniqueid") or (pes is None and config is not None):
+        config = _as_team_config(fn, pes if hasattr(pes, "uniqueid") else config, "config")
+        num_contexts = _requested_contexts(fn, config, config_mask)
+        handle = _team_init_by_id(rt, config, npes, pe_idx_in_team, num_contexts, fn)
     else:
         if pes is None:
             raise PgasValueError(f"{fn}: give pes (the world PEs of the team), or nvshmem4py's config with npes "
                                  "and pe_idx_in_team")
+        num_contexts = _requested_contexts(fn, config, config_mask)
         members = _check_pe_list(fn, pes, rt.n_pes)
         if rt.my_pe not in members:
             raise PgasValueError(f"{fn}: this PE ({rt.my_pe}) is not in pes {list(members)}: only the PEs of the "
                                  "new team call team_init")
-        handle = _install_over(rt, members, fn)
+        handle = _install_over(rt, members, fn, num_contexts)
     name_team(new_team_name, handle)
     return handle
 
 
-def _team_init_by_id(rt: Runtime, config, config_mask, npes, pe_idx_in_team, fn: str) -> int:
+def _team_init_by_id(rt: Runtime, config, npes, pe_idx_in_team, num_contexts: int, fn: str) -> int:
     uid = getattr(config, "uniqueid", None)
     agreed = isinstance(uid, numbers.Integral) and not isinstance(uid, (bool, np.bool_))
     if not agreed and (not isinstance(uid, UniqueId) or uid.is_empty):
         raise PgasValueError(f"{fn}: config.uniqueid must be an id from pgas.get_team_unique_id() (made on the "
                              f"member with pe_idx_in_team=0, passed to the others), or an integer that every PE "
                              f"passes for a team of every PE, got {uid!r}")
-    if isinstance(config_mask, (bool, np.bool_)) or not isinstance(config_mask, numbers.Integral) or config_mask < 0:
-        raise PgasValueError(f"{fn}: config_mask must be a non-negative integer, got {config_mask!r}")
     if npes is None or pe_idx_in_team is None:
         raise PgasValueError(f"{fn}: nvshmem4py's form needs npes and pe_idx_in_team, got npes={npes!r}, "
                              f"pe_idx_in_team={pe_idx_in_team!r}")
@@ -274,7 +384,7 @@ def _team_init_by_id(rt: Runtime, config, config_mask, npes, pe_idx_in_team, fn:
     if index >= npes:
         raise PgasValueError(f"{fn}: pe_idx_in_team must be within [0, npes) = [0, {npes}), got {index}")
     if agreed:
-        return _team_of_everyone(rt, int(uid), npes, index, fn)
+        return _team_of_everyone(rt, int(uid), npes, index, num_contexts, fn)
     made_here = port_opened_here(uid.port)
     if (index == 0) != made_here:
         made = "made" if made_here else "did not make"
@@ -286,10 +396,10 @@ def _team_init_by_id(rt: Runtime, config, config_mask, npes, pe_idx_in_team, fn:
         members = tuple(joined.allgather(rt.my_pe))
     finally:
         joined.Free()
-    return _install_over(rt, members, fn)
+    return _install_over(rt, members, fn, num_contexts)
 
 
-def _team_of_everyone(rt: Runtime, uid: int, npes: int, index: int, fn: str) -> int:
+def _team_of_everyone(rt: Runtime, uid: int, npes: int, index: int, num_contexts: int, fn: str) -> int:
     """nvshmem4py's ``team_init`` with an integer id agreed in advance: only for a team of
     every PE, whose members meet over the world (collective over TEAM_WORLD); ordered by
     ``index`` (each PE's ``pe_idx_in_team``)."""
@@ -306,7 +416,7 @@ def _team_of_everyone(rt: Runtime, uid: int, npes: int, index: int, fn: str) -> 
         raise PgasValueError(f"{fn}: the {npes} PEs must give each pe_idx_in_team in [0, {npes}) once, got "
                              f"{ {pe: i for pe, (_, i) in enumerate(seen)} }")
     members = tuple(pe for _, pe in sorted((i, pe) for pe, (_, i) in enumerate(seen)))
-    return _install_over(rt, members, fn)
+    return _install_over(rt, members, fn, num_contexts)
 
 
 def team_ptr(team, a, pe: int):
