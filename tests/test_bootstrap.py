@@ -168,7 +168,7 @@ pgas.finalize()
 
 
 def test_small_collectives_that_differ_across_nodes_time_out_naming_the_call(tmp_path, clean_shm):
-    # Across nodes they are one exchange of MPI messages (host/_mpi_exchange.py), a tag per
+    # Across nodes they are one exchange of MPI messages (host/collectives/_mpi_exchange.py), a tag per
     # collective: with one tag for all, these two calls would match each other's messages
     # and both return wrong data. A call that timed out refuses to run again. (pgasrun stops
     # the run 0.2 s after the first PE fails: the PEs' waits start together, and each PE

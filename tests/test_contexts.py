@@ -118,7 +118,7 @@ target = pgas.zeros(16, np.int64)
 pgas.barrier_all()
 if me == 0 and far is not None and pgas.backend() == "cuda":
     # a host put to another node completes on return there, on the host's queue pairs
-    # (cuda/_remote_rma.py): refused by the call itself
+    # (cuda/nic/_remote_rma.py): refused by the call itself
     a, b = pgas.ctx_create(), pgas.ctx_create()
     nic = runtime("test").transports.nic
     good = nic.remote[far]

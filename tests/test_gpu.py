@@ -125,8 +125,8 @@ print("ok")
 def test_device_operations_across_nodes_go_through_the_gpu_initiated_nic_path(tmp_path, wire):
     """Two PEs as two nodes (sharing the GPU): device threads post their own WQEs to the
     emulated NIC (``_nic_device``), which reaches the GPU heaps through copies and
-    its atomic kernel (``pgas/cuda/_nic_host.py``); host put/get to the other node post on
-    the host's queue pairs (``pgas/cuda/_remote_rma.py``). The native NIC (wire ucx: it
+    its atomic kernel (``pgas/cuda/nic/_nic_host.py``); host put/get to the other node post on
+    the host's queue pairs (``pgas/cuda/nic/_remote_rma.py``). The native NIC (wire ucx: it
     polls the GPU queues' rung words and calls libcuda from native code) and the NIC's
     thread over MPI."""
     script = tmp_path / "across_nodes.py"

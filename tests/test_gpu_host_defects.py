@@ -34,8 +34,10 @@ import pytest
 from cuda.bindings import driver
 
 import pgas
-from pgas.cuda import _heap as _gpu_heap, _state_block as _gpu_state
-from pgas.host import _collective_call, _gpu_ops, _memory
+from pgas.cuda.heap import _heap as _gpu_heap, _state_block as _gpu_state
+from pgas.host import _gpu_ops
+from pgas.host.collectives import _collective_call
+from pgas.host.memory import _memory
 from pgas.nic import _mlx5 as mlx5
 from pgas.nic._regions import MemoryRegion
 from pgas.runtime import _state as _runtime
@@ -387,7 +389,7 @@ def test_memory_register_symmetric_cannot_share_is_refused_by_what_it_lacks(fake
 
 
 def test_a_descriptor_that_does_not_come_is_an_error_naming_the_node_rank():
-    from pgas.cuda._fd_exchange import _name, allgather_fds
+    from pgas.cuda.heap._fd_exchange import _name, allgather_fds
 
     peers = []
 
@@ -415,7 +417,7 @@ def _memfd(text: str) -> int:
 
 
 def test_a_descriptor_is_taken_only_from_the_socket_of_the_rank_it_names():
-    from pgas.cuda._fd_exchange import _name, allgather_fds
+    from pgas.cuda.heap._fd_exchange import _name, allgather_fds
 
     sockets, token = [], []
 
@@ -449,7 +451,7 @@ def test_many_pes_of_a_node_pass_their_descriptors_without_waiting_for_each_othe
     10 by default), which blocked sends would deadlock on."""
     import threading
 
-    from pgas.cuda._fd_exchange import allgather_fds
+    from pgas.cuda.heap._fd_exchange import allgather_fds
 
     size, shared, gate = 16, {"problems": [None] * 16}, threading.Barrier(16)
 
@@ -625,7 +627,7 @@ class _NicTransports:
     checks that the array it registers is the memory the request names."""
 
     def __init__(self, remote: np.ndarray, fake):
-        from pgas.cuda._nic_host import PinnedMemory, PinnedStaging
+        from pgas.cuda.nic._nic_host import PinnedMemory, PinnedStaging
         from pgas.transport._routing import Transports
 
         self.remote, self.spans, self.fake, self.registered = remote.view(np.uint8), [], fake, None
@@ -657,7 +659,7 @@ class _NicTransports:
 def nic_runtime(fake_runtime, fake, monkeypatch):
     """PE 2 is on another node, reached through the NIC; its heap is ``.remote`` (at offset
     0x40 the symmetric array's bytes); the fake driver's copies move real bytes."""
-    from pgas.cuda import _nic_host
+    from pgas.cuda.nic import _nic_host
 
     fake_runtime.heap = SimpleNamespace(stream=INTERNAL,
                                         offset_of=lambda arr, fn, what: 0x40)
@@ -721,7 +723,7 @@ def test_the_nics_window_on_gpu_memory_copies_through_pinned_memory(fake, monkey
     before the next; atomics by the kernel, launched once at init. (libcuda's five calls
     by a stand-in over host memory: ``tests/window_standin.py``.)"""
     import window_standin
-    from pgas.cuda import _nic_host
+    from pgas.cuda.nic import _nic_host
     from pgas.wire import _window
 
     monkeypatch.setattr(_nic_host, "STAGING_BYTES", 64)
@@ -754,7 +756,7 @@ def test_the_gpus_queues_are_polled_by_the_native_nic_or_by_the_nics_thread(fake
     to the native NIC polled (GPU threads cannot ring), through that NIC's endpoint to its
     peer, with the rung word of its pinned descriptor; without the native NIC the NIC's
     thread serves and polls it. Either way the device state gets a NIC row per peer."""
-    from pgas.cuda import _nic_host
+    from pgas.cuda.nic import _nic_host
     from pgas.nic._queue_pair import QueuePair
     from pgas.nic._regions import RemoteRegion
     from pgas.transport import _ibgda_code as code
@@ -851,7 +853,7 @@ class _RecordingHeap:
 
 @pytest.mark.parametrize("failure", [None, "PE 1 cannot map it"])
 def test_register_symmetric_takes_gpu_arrays_and_undoes_a_failed_mapping(monkeypatch, failure):
-    from pgas.host import _symmetric_registration as registration
+    from pgas.host.memory import _symmetric_registration as registration
 
     heap = _RecordingHeap(failure)
     rt = SimpleNamespace(heap=heap, boot=SimpleNamespace(comm=None), allocator=None, symmetric_registrations={},

@@ -121,7 +121,7 @@ pgas.finalize()
 
 
 def test_small_collectives_between_two_hosts(two_hosts, tmp_path):
-    # one exchange of MPI messages between the hosts (host/_mpi_exchange.py), and the
+    # one exchange of MPI messages between the hosts (host/collectives/_mpi_exchange.py), and the
     # broadcast's two-level tree with a member on each host forwarding
     script = tmp_path / "one_check.py"
     script.write_text(ONE_CHECK)

@@ -645,7 +645,7 @@ print("ok")
 @pytest.mark.parametrize("transport", ["ibgda", "proxy"])
 def test_a_heap_the_nic_reaches_only_through_copies_takes_every_request(tmp_path, clean_shm, transport, wire):
     """GPU memory has no view in the NIC: its region's window copies bytes out and in and
-    applies atomics on the device (the cuda backend's ``pgas/cuda/_nic_host.py``). Here a
+    applies atomics on the device (the cuda backend's ``pgas/cuda/nic/_nic_host.py``). Here a
     window over host memory takes the same calls: large and small puts and gets, p and g,
     and the plain and masked atomics, 4 and 8 bytes, at both ends. The native NIC (wire
     ucx) goes through a native window over a stand-in for libcuda, every copy through its

@@ -285,7 +285,7 @@ def test_the_nic_path_posts_and_polls_with_system_scope_ptx(report):
 
 
 def test_the_nic_applies_atomics_on_gpu_memory_with_system_scope_compare_swap(report):
-    """The emulated NIC's atomics on a GPU heap (``pgas/cuda/_nic_host.py``): a one-thread kernel, a
+    """The emulated NIC's atomics on a GPU heap (``pgas/cuda/nic/_nic_host.py``): a one-thread kernel, a
     sequentially consistent system-scope compare-and-swap loop on 4- and 8-byte words."""
     ptx = report["ptx"]["nic_atomic"]
     body = entry(ptx)

@@ -30,7 +30,7 @@ WAITING_KERNEL = r"""
 import threading, time
 import numpy as np
 import pgas, pgas.device as dev
-from pgas.core import _wake_words
+from pgas.core.native import _wake_words
 from pgas.sim import _primitives
 from numba import cuda
 

@@ -1,7 +1,7 @@
 """The double binary tree: a spanning tree each, and the two trees complement each other."""
 import pytest
 
-from pgas.host._trees import double_binary_tree
+from pgas.host.collectives._trees import double_binary_tree
 
 
 @pytest.mark.parametrize("n", range(1, 70))

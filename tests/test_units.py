@@ -78,12 +78,12 @@ def test_state_address_setting(monkeypatch):
 
 
 def test_compiled_fold_gives_numpys_bits_for_every_dtype_and_op():
-    """The eager all-reduce's compiled combine step (``host/_fold_code.py``) against
+    """The eager all-reduce's compiled combine step (``host/collectives/_fold_code.py``) against
     ``reduce_into`` (numpy's ufuncs): integers wrap, bool ops are logical, NaN propagates."""
     import numpy as np
 
     from pgas.core._reductions import BFLOAT16, OPS, REDUCTION_DTYPES, ops_for, reduce_into
-    from pgas.host._fold_code import compiled_fold
+    from pgas.host.collectives._fold_code import compiled_fold
 
     rng = np.random.default_rng(5)
     left = (np.dtype(np.float16), BFLOAT16, np.dtype(np.complex64), np.dtype(np.complex128), np.dtype(np.longdouble))
@@ -203,7 +203,7 @@ def test_cpu_atomics_keep_the_interpreter_lock():
     10-25 us to get the lock back after each, more than the operation."""
     import ctypes
 
-    from pgas.core import _cpu_atomics
+    from pgas.core.native import _cpu_atomics
 
     compiled = _cpu_atomics._get()
     functions = [compiled.fence, *compiled.loads.values(), *compiled.stores.values(), *compiled.rmws.values(),

@@ -1,4 +1,4 @@
-"""Wake words (pgas/core/_wake_words.py): a waiting thread sleeps on its PE's word and a
+"""Wake words (pgas/core/native/_wake_words.py): a waiting thread sleeps on its PE's word and a
 write counted there ends the sleep; a wait (core._waiting.Wait) sleeps on it, and after a
 write that did not end the wait it sleeps once plainly. The PE checks (tests/pe/checks_wakes.py)
 show that every write path counts."""
@@ -8,7 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from pgas.core import _waiting, _wake_words
+from pgas.core import _waiting
+from pgas.core.native import _wake_words
 
 pytestmark = pytest.mark.skipif(not _wake_words.supported(), reason="no futex call number known for this CPU")
 

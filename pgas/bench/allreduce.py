@@ -19,8 +19,8 @@ import numpy as np
 from mpi4py import MPI
 
 import pgas
-from pgas.host._collectives import auto_algorithm
-from pgas.host._eager import usable
+from pgas.host.collectives._collectives import auto_algorithm
+from pgas.host.collectives._eager import usable
 from pgas.runtime._state import runtime
 from pgas.runtime._team_table import team_of
 

@@ -23,7 +23,7 @@ from mpi4py import MPI
 
 import pgas
 from pgas.core._env import parse_size
-from pgas.host._collectives import auto_algorithm
+from pgas.host.collectives._collectives import auto_algorithm
 from pgas.runtime._state import runtime
 from pgas.runtime._team_table import team_of
 

@@ -12,10 +12,11 @@ from numba.cuda.extending import intrinsic
 
 from ..core._codes import REDUCE_OPS
 from ..core._constants import MAX_TEAMS
-from ..core._cpu_atomics import ORDERED_DTYPES
+from ..core.native._cpu_atomics import ORDERED_DTYPES
 from ..core._device_errors import KIND, REDUCTIONS_IN_PLACE, UNREACHABLE_WHY
 from ..core._reductions import identity, is_float
-from . import _nic_device as nic, _ptx as ptx
+from . import _ptx as ptx
+from .nic import _nic_device as nic
 from ._checks import literal, numpy_dtype, refuse, same_dtype_or_refuse
 from ._ir import FOLD_COPY, combine, copy_strided_codegen, copy_strided_type, fold_codegen, fold_type
 from ._jit import jit, jit_array

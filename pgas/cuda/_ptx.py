@@ -23,7 +23,7 @@ from numba.cuda import cgutils, nvvmutils
 from numba.cuda.extending import intrinsic
 
 from ..core._codes import RMW_ADD, RMW_AND, RMW_OR, RMW_XCHG, RMW_XOR
-from ..core._cpu_atomics import check_dtype
+from ..core.native._cpu_atomics import check_dtype
 from ..core._errors import PgasError
 from ._error_record import FN_BYTES, TEXT_WORD, WHAT_BYTES, WHY_BYTES
 from ._ir import constant_text

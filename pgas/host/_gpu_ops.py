@@ -83,7 +83,7 @@ def copy_with(pe: int, to_peer: bool, sym, other, nelems: int, stream, fn: str, 
     for the stream, and the copy is complete on return)."""
     rt = runtime(fn)
     if rt.transports.through_nic(fn, pe):
-        from ..cuda import _remote_rma
+        from ..cuda.nic import _remote_rma
         _wait(_handle(stream, fn), fn)       # the NIC reads what the stream's work wrote
         _remote_rma.copy(rt.transports, rt.heap, fn, pe, to_peer, sym, other, nelems)
         return

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .. import __version__
+from ..core._version import __version__
 from ..core._backend import backend_name
 from ..core._env import VARIABLES, invalid_settings, setting, unknown_settings
 from ..runtime._state import runtime

@@ -13,7 +13,7 @@ from ..core._env import setting, unknown_settings
 from ..core._errors import PgasError, PgasValueError
 from ..core._version import SPEC_VERSION, VENDOR_NAME, VERSION
 from ..core._waiting import LONG_FIRST_NAP_S, SHORT_FIRST_NAP_S, precise_sleeps, sleep_on
-from ..core._wake_words import Sleeper, WakeWords
+from ..core.native._wake_words import Sleeper, WakeWords
 from ..runtime import _failure, _state
 from ..runtime._allocator import HeapAllocator
 from ..runtime._barrier import wait_all
@@ -47,7 +47,7 @@ def _heap_class():
             "pgas.init: PGAS_BACKEND=cuda, but no GPU is usable here (no CUDA driver or no device). "
             "Kernels that call pgas.device still compile for sm_90 offline "
             "(numba.cuda.compile_ptx); to run programs here use PGAS_BACKEND=simulator")
-    from ..cuda._heap import GpuSymmetricHeap
+    from ..cuda.heap._heap import GpuSymmetricHeap
     return GpuSymmetricHeap
 
 

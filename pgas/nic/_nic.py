@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core import _cpu_atomics
+from ..core.native import _cpu_atomics
 from ..core._errors import PgasError
 from ..core._waiting import precise_sleeps
 from . import _mlx5 as mlx5

@@ -20,7 +20,7 @@ ACCESS_REMOTE = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | 
 class MemoryRegion:
     """Registered memory [base, base + size). ``view`` (uint8) is how the NIC thread reaches
     host memory; GPU memory is registered by its dma-buf (``dmabuf_fd``), has no view and
-    is reached through its ``window`` (copies and atomics by the GPU: ``pgas/cuda/_nic_host.py``)."""
+    is reached through its ``window`` (copies and atomics by the GPU: ``pgas/cuda/nic/_nic_host.py``)."""
 
     base: int
     size: int

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import _cpu_atomics
+from ..core.native import _cpu_atomics
 from . import _mlx5 as mlx5
 from ._packets import HEADER, PACKED, PACKET, PACK_LIMIT, RESULT, TAG_REQUEST_DATA, TAG_RESPONSE, TAG_RESPONSE_DATA
 from ._regions import (ACCESS_REMOTE_ATOMIC, ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, DeviceSpan, as_word, read_local,

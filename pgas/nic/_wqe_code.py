@@ -16,7 +16,7 @@ import ctypes
 import numpy as np
 from llvmlite import ir
 
-from ..core._llvm import bswap, built_once, compile_ir
+from ..core.native._llvm import bswap, built_once, compile_ir
 from . import _mlx5 as mlx5
 
 __all__ = ["decoder", "read_wqes"]

@@ -9,7 +9,7 @@ import numpy as np
 from ..core._constants import MAX_TEAMS, TEAM_NODE, TEAM_WORLD
 from ..core._env import shown
 from ..core._errors import PgasConfigError, PgasError, PgasValueError
-from ..core._wake_words import WAKE_BYTES, supported as wake_words_supported
+from ..core.native._wake_words import WAKE_BYTES, supported as wake_words_supported
 from ..transport._direct import DirectCopies
 from ..transport._routing import Transports
 from ._allocator import HeapAllocator
@@ -41,7 +41,7 @@ class Runtime:
     # Device barrier words, at heap offset 0 on every PE: one row per team slot, holding
     # an arrival flag per team member, then this PE's barrier epoch for that team (at [n]).
     sync_words: np.ndarray = field(init=False)
-    # Host collective progress words, a row per team slot (see host/_collectives.py).
+    # Host collective progress words, a row per team slot (see host/collectives/_collectives.py).
     collective_words: np.ndarray = field(init=False)
     # Team slots (TEAM_WORLD, TEAM_NODE, then split teams); None where free.
     teams: list = field(init=False)
@@ -54,7 +54,7 @@ class Runtime:
     # (EAGER_REGIONS, EAGER_BYTES, EAGER_FIRST; None on the cuda backend).
     eager_state: list = field(init=False)
     eager_offset: int | None = field(init=False, default=None)
-    # The heap offset of the PEs' wake words (``core._wake_words``; simulator backend, where
+    # The heap offset of the PEs' wake words (``core.native._wake_words``; simulator backend, where
     # the futex call is known; else None).
     wake_offset: int | None = field(init=False, default=None)
     # Per team slot: its members' staging buffers for eager calls, as bytes (_eager).

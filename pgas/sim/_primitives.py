@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from ..core import _cpu_atomics
+from ..core.native import _cpu_atomics
 from ..core._checks import (check_contiguous, check_copy, check_dtypes_match, check_nonnegative, check_pe, check_root,
                             check_sig_op, check_signal)
 from ..core._codes import BLOCK, DTYPE_SETS, PRIMITIVES, REDUCE_OPS, RMW_NAMES, THREAD, WARP, reduce_code

@@ -39,7 +39,7 @@ class DirectCopies:
         # remote(pe, offset, local, to_peer): the same copy with a PE on another node, done
         # at once by its engine when that engine has a fast path (then True)
         self._remote = remote
-        # wakes(pe) after a put into PE pe's heap (``core._wake_words.WakeWords.wake``), or None
+        # wakes(pe) after a put into PE pe's heap (``core.native._wake_words.WakeWords.wake``), or None
         self._wakes = None if wakes is None else wakes.wake
         # each PE's heap as a char pointer, None where not mapped (the heap keeps the mappings)
         self._peers = [None if base is None else _ffi.cast("char *", base) for base in heap.bases]

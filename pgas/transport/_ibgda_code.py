@@ -14,7 +14,7 @@ import ctypes
 
 from llvmlite import ir
 
-from ..core._llvm import built_once, compile_ir
+from ..core.native._llvm import built_once, compile_ir
 from ._ibgda_ir import (DESCRIPTOR, KIND_ATOMIC, KIND_DATA, KIND_INLINE, KIND_MASKED_CS_8, W, define_post,
                         define_progress, define_refused)
 

@@ -10,7 +10,7 @@ doorbells of many threads: only the thread that finds it clear asks the NIC to l
 
 One builder serves both backends, so the protocol and the byte layout exist once:
 ``_ibgda_code`` compiles it for the CPU (the simulator's device threads call it
-through ctypes) and ``pgas/cuda/_nic_library.py`` emits it into numba-cuda kernels. Only the
+through ctypes) and ``pgas/cuda/nic/_nic_library.py`` emits it into numba-cuda kernels. Only the
 memory model differs, given as a ``memory`` object (``load``, ``store``, ``cas``, ``rmw``,
 ``pause``): LLVM atomics and ``sched_yield`` on the CPU; system-scope PTX and
 ``nanosleep`` on a GPU, where NVVM would lower LLVM's atomic orderings to relaxed,
@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 
-from ..core._llvm import bswap
+from ..core.native._llvm import bswap
 from ..nic import _mlx5 as mlx5
 
 __all__ = ["DESCRIPTOR", "W", "KIND_DATA", "KIND_INLINE", "KIND_ATOMIC", "KIND_MASKED_CS_8", "POST_ARGS",

@@ -1,6 +1,6 @@
 """The lanes of a remote engine: lane 0 is the PE's own queue pairs (or endpoints), and
 each communication context that sends through the engine gets one of its own, made at
-its first request (``pgas/host/_contexts.py``) and kept for the next context once it is
+its first request (``pgas/host/rma/_contexts.py``) and kept for the next context once it is
 destroyed (making queue pairs costs registrations and, through UCX, connections)."""
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..core import _cpu_atomics
+from ..core.native import _cpu_atomics
 from ..core._address import address_of
 from ..core._device_errors import UNREACHABLE_WHY, device_error
 from ..core._env import setting
@@ -43,7 +43,7 @@ _AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or"
 
 class Transports:
     """How this PE reaches each PE; ``kinds[pe]`` is ``self``, ``p2p``, ``ibgda`` or ``proxy``.
-    ``wakes``: the PEs' wake words (``core._wake_words.WakeWords``; None: none): each write
+    ``wakes``: the PEs' wake words (``core.native._wake_words.WakeWords``; None: none): each write
     into a heap mapped here is counted at its PE's, the remote target counts the writes it
     applies to this PE's heap at this PE's, and the remote engines' answers at this PE's
     word for answers."""
@@ -89,7 +89,7 @@ class Transports:
         drives the NIC itself: there is no proxy path on cuda, so where ibgda is not chosen,
         or cannot be set up (said once), those PEs stay unreachable (the device's error
         says why). Host put/get to them post on queue pairs of the host's (``Ibgda``, as
-        on the simulator; ``pgas/cuda/_remote_rma.py``). The native NIC serves both, as on
+        on the simulator; ``pgas/cuda/nic/_remote_rma.py``). The native NIC serves both, as on
         the simulator, where UCX loads (else the NIC's thread over MPI)."""
         self.heap_region = self.nic.register_dmabuf(heap.dmabuf_fd(), heap.base, heap.size, ACCESS_REMOTE)
         ibgda = bool(self.remote) and self.remote_transport == "ibgda"
@@ -315,7 +315,7 @@ class Transports:
         """``nbytes`` contiguous bytes between local address ``laddr`` (registered under
         ``lkey``) and PE ``pe``'s heap at ``offset``: into it when ``to_peer``, else out of
         it, a request per MAX_MESSAGE bytes, complete on return (the cuda backend's host
-        copies to other nodes, ``pgas/cuda/_remote_rma.py``)."""
+        copies to other nodes, ``pgas/cuda/nic/_remote_rma.py``)."""
         base, step = self.nic.remote[pe].base + offset, mlx5.MAX_MESSAGE
         pieces = [(base + start, laddr + start, min(step, nbytes - start)) for start in range(0, nbytes, step)]
         posted = self._post_copies(fn, pe, to_peer, pieces, lkey, [True] * len(pieces), 0)

@@ -156,7 +156,7 @@ def first_unanswered(done, first, last):
 class Ucx:
     """The ring of requests of one PE and its UCX worker, reaching ``nic.peers`` (the NIC's
     registrations name the heaps: raddr and rkey). ``wake``, ``answers``: the addresses of
-    this PE's wake words (``core._wake_words``; 0: none): the target counts its writes into
+    this PE's wake words (``core.native._wake_words``; 0: none): the target counts its writes into
     the heap at the first, the answers' handlers at the second."""
 
     def __init__(self, nic: Nic, heap_region, timeout: float, wake: int = 0, answers: int = 0):

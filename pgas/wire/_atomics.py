@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from numba import njit, types
 
-from ..core._llvm import built_once, compile_ir
+from ..core.native._llvm import built_once, compile_ir
 from . import _native, _ucp as ucp
 
 __all__ = ["PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP", "AMO_AND", "AMO_OR", "AMO_XOR",

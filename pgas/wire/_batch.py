@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..core._llvm import built_once
+from ..core.native._llvm import built_once
 from . import _native, _target as target, _ucp as ucp
 
 __all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "B_PARAMS", "B_EAGER_PARAMS", "GLOBAL_WORDS",

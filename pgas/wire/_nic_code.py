@@ -29,8 +29,8 @@ import ctypes
 import numpy as np
 from numba import njit, types
 
-from ..core import _wake_words as wake_words
-from ..core._llvm import built_once
+from ..core.native import _wake_words as wake_words
+from ..core.native._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from ..nic._queue_pair import SQ_DEPTH
 from ..nic._wqe_code import decoder
@@ -46,7 +46,7 @@ DEPTH = SQ_DEPTH
 # how many times CQEs were written, whether the progress thread is awake (it then sends
 # what a doorbell announces), whether a doorbell rang for it (or a fence was lifted), how
 # many queues' posters cannot ring (GPU threads: their rung words are polled), the PE's
-# word for answers (``core._wake_words``: counted when they land; 0: none)
+# word for answers (``core.native._wake_words``: counted when they land; 0: none)
 G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS, G_PENDING, G_SEND_LOCK, G_QUEUES, G_COMPLETIONS, \
     G_AWAKE, G_RUNG, G_POLLED, G_WAKE = range(12)
 G_HEADER = 12                                    # a request being sent

@@ -23,7 +23,7 @@ class NicQueues:
     its peers. ``nic`` (``pgas.nic.Nic``) gives the peers, their heaps and the local keys;
     ``heap_region`` is this PE's heap as registered there. A heap in GPU memory (the cuda
     backend: no ``view``) is refused to the peers until ``reach_heap`` gives its window.
-    ``wake``, ``answers``: the addresses of this PE's wake words (``core._wake_words``; 0:
+    ``wake``, ``answers``: the addresses of this PE's wake words (``core.native._wake_words``; 0:
     none): the target counts its writes into the heap at the first, the answers' handlers
     at the second."""
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, njit, types
 
-from ..core import _wake_words as wake_words
-from ..core._llvm import built_once
+from ..core.native import _wake_words as wake_words
+from ..core.native._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from . import _native, _ucp as ucp, _window as window
 from ._atomics import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_MLX5, AMO_OR, AMO_SWAP, AMO_XOR, GET, PUT,
@@ -53,7 +53,7 @@ EAGER_BYTES = 64 << 10
 # the parameters of rendezvous receives; the window through which the heap is reached (0:
 # host memory, loaded and stored), the parameters of answers whose data is in a buffer of
 # their own (freed when sent: large, eager); an answer header being written; a receive in
-# flight's user words; the heap's wake word (``core._wake_words``; 0: none), counted after
+# flight's user words; the heap's wake word (``core.native._wake_words``; 0: none), counted after
 # each write that is applied.
 T_BASE, T_SIZE, T_RKEY, T_ANSWER_PARAMS, T_SELF, T_UNANSWERED, T_WORKER, T_RECEIVE_PARAMS, T_EAGER_PARAMS, \
     T_WINDOW, T_BUFFERED_PARAMS, T_BUFFERED_EAGER_PARAMS, T_WAKE = range(13)
@@ -66,7 +66,7 @@ TARGET_WORDS = T_ANSWERS + MAX_BATCH * ANSWER_WORDS
 # request a post found in its way (``pgas.transport._ucx.post``: its ticket + 1); then one
 # row per column: a slot's done mark (its ticket + 1), fetched value, syndrome, where a get's
 # data lands, its operation, whether a thread waits for it, its PE, remote address and bytes.
-# (And the PE's word for answers, counted when they land: ``core._wake_words``; 0: none.)
+# (And the PE's word for answers, counted when they land: ``core.native._wake_words``; 0: none.)
 R_CAPACITY, R_WORKER, R_RECEIVE_PARAMS, R_SELF, R_PENDING, R_NEXT, R_FREED, R_BLOCKED, R_WAKE = range(9)
 RING_HEADER = 9
 # (the requester's own columns: who waits for the slot, and what the request was, for errors)
@@ -130,7 +130,7 @@ def _store(state, raddr, data, nbytes):
 @njit(nogil=True, cache=True)
 def wake_at(address):
     """Count a write into a PE's heap, or answers landed for it, at its wake word at
-    ``address`` (``core._wake_words``; 0: none), waking the threads that sleep on it."""
+    ``address`` (``core.native._wake_words``; 0: none), waking the threads that sleep on it."""
     if address != 0:
         _native.wake(address)
 

@@ -1,6 +1,6 @@
 """A window onto memory that native code cannot load or store (GPU memory): how the native
 NIC (``_nic_code``) and the wire's target (``_target``) reach such a region's bytes, and
-how the emulated NIC's thread does too (``pgas.cuda._nic_host.GpuWindow``).
+how the emulated NIC's thread does too (``pgas.cuda.nic._nic_host.GpuWindow``).
 
 A window is a table of int64 words (``WINDOW_WORDS``): the driver's functions by address
 (``cuCtxGetCurrent``, ``cuCtxSetCurrent``, ``cuMemcpyDtoHAsync``, ``cuMemcpyHtoDAsync``,
@@ -19,7 +19,7 @@ import numpy as np
 from numba import carray, njit, types
 from numba.core.extending import intrinsic
 
-from ..core._llvm import built_once, compile_ir
+from ..core.native._llvm import built_once, compile_ir
 from ..nic import _mlx5 as mlx5
 from . import _native, _ucp as ucp
 from ._atomics import AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AMO_XOR, atomics, spin_lock, spin_unlock

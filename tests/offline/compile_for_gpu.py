@@ -234,7 +234,7 @@ def ptx_kernels():
     yield "remote_ops", remote_ops, (i64, i64, f32, types.int32, i64)
     yield "locks", lock_then_clear, (i64,)
     yield "multicast", multicast_store, (types.int64, i64)
-    from pgas.cuda._nic_host import atomic_kernel_source
+    from pgas.cuda.nic._nic_host import atomic_kernel_source
     yield ("nic_atomic", *atomic_kernel_source())        # the NIC's atomics on GPU memory
 
 

@@ -37,7 +37,7 @@ def algorithms(dtype, op: str, spans_nodes: bool) -> list:
 def reduce_or_refuse(team, dest, src, op: str, algorithm: str) -> bool:
     """pgas.reduce; for algorithm="eager" where it cannot run (arrays above its staging
     buffers, members on other nodes) the clear refusal instead: False then."""
-    from pgas.host import _eager
+    from pgas.host.collectives import _eager
     from pgas.runtime._state import runtime
     from pgas.runtime._team_table import team_of
     rt = runtime("test")
@@ -312,9 +312,9 @@ def check_repeated_calls_on_the_same_arrays_see_new_data():
 
 def check_a_repeated_eager_all_reduce_folds_with_compiled_code_and_numpys_results():
     """After COMPILE_AFTER calls a kept eager all-reduce folds with compiled code
-    (``host/_fold_code.py``): the results stay numpy's, bit for bit, as the data change,
+    (``host/collectives/_fold_code.py``): the results stay numpy's, bit for bit, as the data change,
     in place and not, for floats with NaN, wrapping integers and bool."""
-    from pgas.host._eager import COMPILE_AFTER
+    from pgas.host.collectives._eager import COMPILE_AFTER
     me, n = pgas.my_pe(), pgas.n_pes()
     world = pgas.TEAM_WORLD
     for dtype, op, count in ((np.float32, "sum", 5), (np.float64, "min", 3), (np.int8, "prod", 7),
@@ -547,7 +547,7 @@ def check_small_calls_across_nodes_as_one_exchange_of_messages():
     on a team of 2, whatever the size) alike, on the world and a split team."""
     import time
 
-    from pgas.host import _mpi_exchange
+    from pgas.host.collectives import _mpi_exchange
     me = pgas.my_pe()
     limit = _mpi_exchange.BYTES // 4
     made = teams()

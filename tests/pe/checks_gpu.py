@@ -40,7 +40,7 @@ def check_backend_is_cuda_and_every_local_peer_is_p2p():
     # the GPU heap is registered with the NIC by its dma-buf, keys exchanged at init
     regions = info["memory_regions"]
     assert [r["pe"] for r in regions] == list(range(pgas.n_pes())) and len({r["rkey"] for r in regions}) == len(regions)
-    # the heap's whole span: the heap and room for register_symmetric (cuda/_heap.py)
+    # the heap's whole span: the heap and room for register_symmetric (cuda/heap/_heap.py)
     assert all(r["memory"] == "gpu (dma-buf)" and r["size"] == 2 * info["heap_size"] for r in regions), regions
 
 

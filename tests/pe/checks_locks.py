@@ -12,7 +12,7 @@ import pgas
 import pgas.device as dev
 from _util import world
 from pgas.device import _locks as device_layout
-from pgas.host import _locks as host_layout
+from pgas.host.synchronization import _locks as host_layout
 from pgas.runtime._state import runtime
 
 TAIL = host_layout.TAIL

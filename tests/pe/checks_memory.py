@@ -120,7 +120,7 @@ def check_info_reports_backend_heap_and_transports():
     remote = os.environ.get("PGAS_REMOTE_TRANSPORT", "ibgda")
     assert all(info["transports"][pe] == ("p2p" if pe in node else remote) for pe in range(n) if pe != me)
     regions = info["memory_regions"]    # every PE's registered heap, as exchanged at init
-    # (on cuda the heap's whole span: the heap and room for register_symmetric, cuda/_heap.py)
+    # (on cuda the heap's whole span: the heap and room for register_symmetric, cuda/heap/_heap.py)
     registered = (256 << 20) * (2 if info["backend"] == "cuda" else 1)
     assert [r["pe"] for r in regions] == list(range(n)) and all(r["size"] == registered for r in regions)
     assert len({r["rkey"] for r in regions}) == n and "lkey" in regions[me]
@@ -283,7 +283,7 @@ def check_byte_buffers_work_with_rma_and_collectives():
 def check_the_node_passes_file_descriptors_between_its_processes():
     """How the cuda heap shares its VMM memory (``_fd_exchange``), over the node's PEs: each
     reads every other's descriptor, a file only that PE wrote."""
-    from pgas.cuda._fd_exchange import allgather_fds
+    from pgas.cuda.heap._fd_exchange import allgather_fds
     from pgas.runtime._state import runtime
 
     comm = runtime("test").boot.node_comm

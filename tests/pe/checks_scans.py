@@ -256,7 +256,7 @@ def check_host_scans_past_the_exchange_size():
     """Across nodes, scans of up to 64 KiB per member run as one exchange of messages and
     larger ones by MPI's all-gather (on teams of 3 or more): a float sum and an int max
     just past that size, in place and not, on the world."""
-    from pgas.host import _mpi_exchange
+    from pgas.host.collectives import _mpi_exchange
     me, n = pgas.my_pe(), pgas.n_pes()
     for dtype, op in ((np.float32, "sum"), (np.int64, "max")):
         count = _mpi_exchange.BYTES // np.dtype(dtype).itemsize + 1

@@ -1,6 +1,6 @@
 """Wake words (simulator backend): every kind of write into a PE's heap, by load/store or
 through any remote engine, is counted at that PE's wake word, which its waiting threads
-sleep on (pgas/core/_wake_words.py). A write path that did not count would leave a waiter
+sleep on (pgas/core/native/_wake_words.py). A write path that did not count would leave a waiter
 asleep until its sleep times out (correct, but slow): these checks find such a path."""
 import numpy as np
 from numba import cuda
