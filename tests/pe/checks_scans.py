@@ -139,11 +139,15 @@ def check_host_scan_errors():
                                              r"got float32"):
         pgas.xor_inscan(world, a, a)
     c = pgas.zeros(4, np.complex64)
+    with pytest.raises(pgas.PgasError, match=r"pgas.max_exscan: op 'max' takes no complex dtype"):
+        pgas.max_exscan(world, c, c)
+    pgas.free(c)
+    v = pgas.zeros(4, np.dtype("V4"))
     with pytest.raises(pgas.PgasError, match=r"pgas.sum_exscan: reductions take the dtypes int8, uint8, int16, "
                                              r"uint16, int32, uint32, int64, uint64, float16, float32, float64, "
-                                             r"bfloat16, bool; got complex64"):
-        pgas.sum_exscan(world, c, c)
-    pgas.free(c)
+                                             r"bfloat16, bool, complex64, complex128.*; got \|V4"):
+        pgas.sum_exscan(world, v, v)
+    pgas.free(v)
     with pytest.raises(pgas.PgasError, match=r"pgas.max_inscan: src is not symmetric memory"):
         pgas.max_inscan(world, a, np.zeros(4, np.float32))
     with pytest.raises(pgas.PgasError, match=r"pgas.sum_inscan: dest and src must be the same array or not overlap"):
