@@ -15,6 +15,8 @@ only fail now and then are pinned down here.
   every span; memory it cannot share is refused by what it lacks; the descriptor
   exchange takes only what each rank sent, does not deadlock with many ranks, and times
   out naming the rank missing;
+- a host put/get with no stream within the node is one copy and a synchronize (the fast
+  path, by cached addresses), and what it does not take goes the general way;
 - host put/get to a PE on another node wait for the stream, then go through the NIC:
   host memory registered in place, device memory outside the heap through pinned
   staging a piece at a time, and the NIC's own copies of GPU memory through pinned
@@ -589,6 +591,69 @@ class _DeviceArray:
         self.values, self.dtype, self.shape, self.size = values, values.dtype, values.shape, values.size
         self.__cuda_array_interface__ = {"data": (address or values.ctypes.data, False), "shape": values.shape,
                                          "typestr": values.dtype.str, "version": 3}
+
+
+@pytest.fixture
+def direct(fake_runtime, fake, monkeypatch):
+    """The cuda fast path of host put/get over a node of PEs 0 and 1 (PE 2 on another
+    node); the fake driver's copies move real bytes, so the heap is host memory here."""
+    from pgas.host.rma import _gpu_direct
+
+    heaps = np.zeros((2, 64), np.int64)                       # PE 0's heap, PE 1's (mapped here)
+    fake.answers["cuMemcpyAsync"] = lambda dst, src, nbytes, stream: ctypes.memmove(dst, src, nbytes) and None
+    monkeypatch.setattr(_gpu_direct, "_device_array_type", lambda: _DeviceArray)
+    base = heaps.ctypes.data
+    heap = SimpleNamespace(bases=[base, base + heaps[0].nbytes, None], base=base, size=heaps[0].nbytes,
+                           stream=INTERNAL)
+    copies = _gpu_direct.GpuDirectCopies(heap, ["self", "p2p", "ibgda"])
+    copies.heaps = heaps
+    del fake.calls[:]
+    return copies
+
+
+def test_a_host_put_or_get_within_the_node_is_one_copy_and_a_synchronize(direct, fake):
+    """cuda: a put or get with no stream to a PE whose heap is mapped here is one
+    cuMemcpyAsync on the internal stream at the peer's base + the array's heap offset, and
+    the stream's synchronize; a symmetric array's place is learned once (kept by object)."""
+    heaps = direct.heaps
+    sym = _DeviceArray(heaps[0, 8:16], heaps[0, 8:].ctypes.data)       # symmetric: heap offset 64
+    assert direct.put(sym, np.arange(8, dtype=np.int64), 1)
+    assert heaps[1, 8:16].tolist() == list(range(8)) and not heaps[0].any()
+    assert fake.names() == ["cuMemcpyAsync", "cuStreamSynchronize"]
+    assert fake.args("cuMemcpyAsync")[0][0] == heaps[1, 8:].ctypes.data and fake.args("cuMemcpyAsync")[0][2:] == (
+        64, INTERNAL)
+    sym.__cuda_array_interface__ = None            # a repeated call reads nothing of the array again
+    back = np.zeros(5, np.int64)
+    assert direct.get(back, sym, 1)
+    assert back.tolist() == list(range(5))
+    local = _DeviceArray(np.full(8, 7, np.int64))    # device memory outside the heap, to this PE's own copy
+    assert direct.put(sym, local, 0) and heaps[0, 8:16].tolist() == [7] * 8
+
+
+@pytest.mark.parametrize("case", ["another node", "pe not an int", "pe out of range", "too large", "other dtype",
+                                  "not contiguous", "read-only dest", "not in the heap", "not an array"])
+def test_a_host_put_or_get_the_fast_path_does_not_take_goes_the_general_way(direct, fake, case):
+    """Everything but the plain case returns False (the general path checks it and raises
+    the errors) and copies nothing."""
+    heaps = direct.heaps
+    sym = _DeviceArray(heaps[0, :8], heaps.ctypes.data)
+    values = np.arange(8, dtype=np.int64)
+    taken = {"another node": lambda: direct.put(sym, values, 2),
+             "pe not an int": lambda: direct.put(sym, values, 1.0),
+             "pe out of range": lambda: direct.put(sym, values, 5),
+             "too large": lambda: direct.put(sym, np.arange(9, dtype=np.int64), 1),
+             "other dtype": lambda: direct.put(sym, values.astype(np.int32), 1),
+             "not contiguous": lambda: direct.put(sym, np.arange(16, dtype=np.int64)[::2], 1),
+             "read-only dest": lambda: direct.get(_read_only(8), sym, 1),
+             "not in the heap": lambda: direct.put(_DeviceArray(np.zeros(8, np.int64)), values, 1),
+             "not an array": lambda: direct.put(sym, [1, 2], 1)}[case]()
+    assert taken is False and fake.calls == [] and not heaps.any()
+
+
+def _read_only(n: int) -> np.ndarray:
+    a = np.zeros(n, np.int64)
+    a.setflags(write=False)
+    return a
 
 
 @pytest.mark.parametrize("in_place", [False, True])

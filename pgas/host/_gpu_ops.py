@@ -32,7 +32,7 @@ from ..runtime._arrays import array_span
 from ..runtime._failure import device_error_behind
 from ..runtime._state import runtime
 
-__all__ = ["copy", "copy_with", "signal_op", "signal_wait_until", "signal_fetch", "atomic", "quiet", "flush",
+__all__ = ["copy", "copy_bytes", "copy_with", "signal_op", "signal_wait_until", "signal_fetch", "atomic", "quiet", "flush",
            "team_barrier", "collective", "staged_collective"]
 
 COLLECTIVE_THREADS = 512   # one block runs a host-called collective
@@ -65,13 +65,19 @@ def _wait(handle: int | None, fn: str) -> None:
 def copy(dst, src, nelems: int, stream, fn: str, nbi: bool = False) -> None:
     """Copy ``nelems`` elements from contiguous ``src`` (host or device) to device ``dst``
     (or device to host: any pair the unified address space allows); ``nbi``: not waited for."""
+    nbytes = nelems * np.dtype(dst.dtype).itemsize
+    addresses = (array_span(dst, fn, "dest")[0], array_span(src, fn, "src")[0]) if nbytes else (0, 0)
+    copy_bytes(*addresses, nbytes, stream, fn, nbi)
+
+
+def copy_bytes(to: int, start: int, nbytes: int, stream, fn: str, nbi: bool = False) -> None:
+    """Copy ``nbytes`` bytes from address ``start`` to address ``to`` (host or device),
+    ordered on ``stream``; ``nbi``: not waited for."""
     from cuda.bindings import driver
 
     handle = _handle(stream, fn)
-    nbytes = nelems * np.dtype(dst.dtype).itemsize
     if nbytes:
-        dst_address, src_address = array_span(dst, fn, "dest")[0], array_span(src, fn, "src")[0]
-        checked(driver.cuMemcpyAsync(dst_address, src_address, nbytes, handle), f"{fn}: cuMemcpyAsync")
+        checked(driver.cuMemcpyAsync(to, start, nbytes, handle), f"{fn}: cuMemcpyAsync")
     if not nbi:
         _finish(handle, stream, fn)
 

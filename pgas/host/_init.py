@@ -20,6 +20,7 @@ from ..runtime._barrier import wait_all
 from ..runtime._bootstrap import UniqueId, bootstrap, bootstrap_from_uid, new_unique_id
 from ..runtime._state import Runtime, runtime
 from ..transport._direct import DirectCopies
+from .rma._gpu_direct import GpuDirectCopies
 from ..transport._routing import Transports
 
 __all__ = ["init", "finalize", "is_initialized", "query_initialized", "init_thread", "query_thread",
@@ -159,8 +160,9 @@ def init(comm=None, *, mpi_comm=None, initializer_method=None, device=None, uid=
         rt = Runtime(boot, heap, HeapAllocator(size), debug, timeout)
         wakes = None if rt.wake_offset is None else WakeWords(heap.bases, rt.wake_offset)
         rt.transports = Transports(boot, heap, timeout, on_nic_failure=_failure.end_job_for_nic, wakes=wakes)
-        # the fast path of small same-node put/get skips the argument checks of PGAS_DEBUG
-        rt.direct = None if heap.device_arrays or debug else DirectCopies(heap, rt.transports.fast_copy, wakes)
+        # the fast paths of same-node put/get skip the argument checks of PGAS_DEBUG
+        rt.direct = None if debug else GpuDirectCopies(heap, rt.transports.kinds) if heap.device_arrays else \
+            DirectCopies(heap, rt.transports.fast_copy, wakes)
     except Exception:
         heap.close()
         raise

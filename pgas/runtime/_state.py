@@ -70,7 +70,8 @@ class Runtime:
     empty_arrays: weakref.WeakValueDictionary = field(init=False, default_factory=weakref.WeakValueDictionary)
     # How this PE reaches each PE (load/store or the NIC); set by init once the heap is up.
     transports: Transports | None = field(init=False, default=None)
-    # The fast path of small host put/get to PEs mapped here (simulator backend; else None).
+    # The fast path of host put/get to PEs mapped here (DirectCopies on the simulator
+    # backend, pgas.host's GpuDirectCopies on cuda; None under PGAS_DEBUG).
     direct: DirectCopies | None = field(init=False, default=None)
     # True on the cuda backend (arrays are numba device arrays in GPU memory); a field, not
     # a property, as the small host calls read it each time.

@@ -109,7 +109,7 @@ def put(dest, src, pe: int, stream=None) -> None:
         as it always is on the simulator backend.
     """
     direct = runtime("pgas.put").direct
-    if direct is None or not direct.put(dest, src, pe):
+    if direct is None or stream is not None or not direct.put(dest, src, pe):
         _put("pgas.put", dest, src, pe, stream, False)
 
 
@@ -134,7 +134,7 @@ def get(dest, src, pe: int, stream=None) -> None:
         As for ``put``.
     """
     direct = runtime("pgas.get").direct
-    if direct is None or not direct.get(dest, src, pe):
+    if direct is None or stream is not None or not direct.get(dest, src, pe):
         _get("pgas.get", dest, src, pe, stream, False)
 
 
