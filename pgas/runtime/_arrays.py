@@ -8,7 +8,7 @@ from ..core._address import address_of
 from ..core._backend import backend_name
 from ..core._errors import PgasValueError
 
-__all__ = ["as_ndarray", "array_span", "check_span", "overlap"]
+__all__ = ["as_ndarray", "array_span", "c_strides", "check_span", "overlap"]
 
 
 def as_ndarray(arr, fn: str, what: str):
@@ -82,11 +82,12 @@ def array_span(arr, fn: str, what: str) -> tuple[int, tuple, tuple, int]:
                              f"or a slice of one), got {type(arr).__name__}")
     itemsize = np.dtype(desc["typestr"]).itemsize
     shape = tuple(desc["shape"])
-    strides = desc.get("strides") or _c_strides(shape, itemsize)
+    strides = desc.get("strides") or c_strides(shape, itemsize)
     return desc["data"][0], shape, tuple(strides), itemsize
 
 
-def _c_strides(shape: tuple, itemsize: int) -> tuple:
+def c_strides(shape: tuple, itemsize: int) -> tuple:
+    """The strides of a C-contiguous array of ``shape`` and ``itemsize``."""
     strides, step = [], itemsize
     for extent in reversed(shape):
         strides.append(step)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...runtime._arrays import c_strides
 from .. import _gpu_ops
 
 __all__ = ["GpuDirectCopies"]
@@ -43,28 +44,25 @@ class GpuDirectCopies:
     def put(self, dest, src, pe) -> bool:
         """PE ``pe``'s ``dest`` = ``src`` (``src.size`` elements), complete on return, if the
         fast path takes the call (then True)."""
-        if type(pe) is not int or not 0 <= pe < len(self._bases) or self._bases[pe] is None:
-            return False
-        target, source = self._device(dest), self._local(src, False)
-        if target is None or target[4] is None or source is None or source[1] != target[1] or source[2] > target[2]:
-            return False
-        self._copy(self._bases[pe] + target[4], source[3], source[2] * source[1].itemsize, "pgas.put")
-        return True
+        return self._copy(dest, src, pe, True)
 
     def get(self, dest, src, pe) -> bool:
         """``dest`` = PE ``pe``'s ``src`` (``dest.size`` elements), complete on return, if
         the fast path takes the call (then True)."""
+        return self._copy(src, dest, pe, False)
+
+    def _copy(self, sym, local, pe, to_peer: bool) -> bool:
+        """All of ``local`` to (``to_peer``) or from PE ``pe``'s copy of symmetric ``sym``,
+        if the fast path takes the call (then True)."""
         if type(pe) is not int or not 0 <= pe < len(self._bases) or self._bases[pe] is None:
             return False
-        source, target = self._device(src), self._local(dest, True)
-        if source is None or source[4] is None or target is None or target[1] != source[1] or target[2] > source[2]:
+        theirs, mine = self._device(sym), self._local(local, not to_peer)
+        if theirs is None or theirs[4] is None or mine is None or mine[1] != theirs[1] or mine[2] > theirs[2]:
             return False
-        self._copy(target[3], self._bases[pe] + source[4], target[2] * target[1].itemsize, "pgas.get")
+        peer = self._bases[pe] + theirs[4]
+        to, start = (peer, mine[3]) if to_peer else (mine[3], peer)
+        _gpu_ops.copy_bytes(to, start, mine[2] * mine[1].itemsize, None, "pgas.put" if to_peer else "pgas.get")
         return True
-
-    @staticmethod
-    def _copy(to: int, start: int, nbytes: int, fn: str) -> None:
-        _gpu_ops.copy_bytes(to, start, nbytes, None, fn)
 
     def _local(self, arr, written: bool):
         """(arr, dtype, size, address, None) of a C-contiguous numpy array (writable when
@@ -88,7 +86,7 @@ class GpuDirectCopies:
         dtype, shape = np.dtype(interface["typestr"]), tuple(interface["shape"])
         size = int(np.prod(shape, dtype=np.int64))
         strides = interface.get("strides")
-        if size == 0 or (strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize)):
+        if size == 0 or (strides is not None and tuple(strides) != c_strides(shape, dtype.itemsize)):
             return None
         address = interface["data"][0]
         offset = address - self._base
@@ -98,14 +96,6 @@ class GpuDirectCopies:
             self._known.clear()
         known = self._known[id(arr)] = (arr, dtype, size, address, offset)
         return known
-
-
-def _c_strides(shape: tuple, itemsize: int) -> tuple:
-    strides, step = [], itemsize
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= extent
-    return tuple(reversed(strides))
 
 
 def _device_array_type():
