@@ -602,13 +602,19 @@ def check_small_calls_across_nodes_as_one_exchange_of_messages():
     destroy(made)
 
 
-ALLTOALLS_SHAPES = [(0, 1, 1), (1, 1, 1), (3, 2, 3), (5, 1, 2), (1001, 3, 1)]   # (nelems, dst_stride, src_stride)
+ALLTOALLS_SHAPES = [(0, 1, 1), (1, 1, 1), (3, 2, 3), (5, 1, 2), (1001, 3, 1), (0, 2, 3)]  # (nelems, dst_stride, src_stride)
+
+
+def strided_length(count: int, stride: int) -> int:
+    """Elements of an alltoalls array holding ``count`` elements at ``stride``, and 3 more
+    past the last, which every call must leave as they were (with ``nelems`` 0 too)."""
+    return max(0, (count - 1) * stride + 1) + 3
 
 
 def strided_blocks(pe: int, n: int, nelems: int, stride: int, dtype) -> np.ndarray:
     """PE ``pe``'s alltoalls ``src``: element k of block j at ``(j*nelems + k)*stride`` holds
-    a value naming (pe, j, k); the elements between the strides hold -1."""
-    values = np.full(max(1, (n * nelems - 1) * stride + 1), -1, dtype)
+    a value naming (pe, j, k); the other elements hold -1."""
+    values = np.full(strided_length(n * nelems, stride), -1, dtype)
     values[:n * nelems * stride:stride] = pattern(pe, n * nelems, dtype) + (pe % 3)
     return values
 
@@ -623,11 +629,11 @@ def check_alltoalls_every_stride_dtype_and_team():
             for nelems, dst, sst in ALLTOALLS_SHAPES:
                 size = pgas.team_n_pes(team) if team is not None else 1
                 n = pgas.n_pes()                                  # (allocations are collective: the largest team's)
-                src = pgas.empty(max(1, (n * nelems - 1) * sst + 1), dtype)
-                dest = pgas.empty(max(1, (n * nelems - 1) * dst + 1), dtype)
+                src = pgas.empty(strided_length(n * nelems, sst), dtype)
+                dest = pgas.empty(strided_length(n * nelems, dst), dtype)
                 if team is not None:
                     pes, rank = members(team), pgas.team_my_pe(team)
-                    s, d = src[:max(1, (size * nelems - 1) * sst + 1)], dest[:max(1, (size * nelems - 1) * dst + 1)]
+                    s, d = src[:strided_length(size * nelems, sst)], dest[:strided_length(size * nelems, dst)]
                     s.copy_to_device(strided_blocks(pgas.my_pe(), size, nelems, sst, dtype))
                     d.copy_to_device(np.full(d.size, 7, dtype))
                     pgas.alltoalls(team, d, s, dst, sst, nelems)

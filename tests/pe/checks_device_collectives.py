@@ -10,7 +10,7 @@ import pgas.device as dev
 from pgas.core._reductions import ops_for
 from _util import on_simulator, pattern, reaches_other_nodes, simulator_only
 from checks_collectives import (ALLTOALLS_SHAPES, NARROW_DTYPES, complex_values, destroy, expected, expected_wrapped,
-                                full_range, inputs, members, strided_blocks, teams)
+                                full_range, inputs, members, strided_blocks, strided_length, teams)
 
 OPS = ["sum", "prod", "min", "max", "and", "or", "xor"]
 INT_DTYPES, FLOAT_DTYPES = [np.int32, np.int64, np.uint32, np.uint64], [np.float32, np.float64]
@@ -321,14 +321,14 @@ def check_device_alltoalls_every_stride_form_and_team():
     made = teams()
     n = pgas.n_pes()
     for name, team in made:
-        for (nelems, dst, sst), form in zip(ALLTOALLS_SHAPES, (0, 1, 2, 0, 2)):
+        for (nelems, dst, sst), form in zip(ALLTOALLS_SHAPES, (0, 1, 2, 0, 2, 1), strict=True):
             dtype = (np.int64, np.float64, np.int32)[form]
-            src = pgas.empty(max(1, (n * nelems - 1) * sst + 1), dtype)     # (collective: every PE)
-            dest = pgas.empty(max(1, (n * nelems - 1) * dst + 1), dtype)
+            src = pgas.empty(strided_length(n * nelems, sst), dtype)     # (collective: every PE)
+            dest = pgas.empty(strided_length(n * nelems, dst), dtype)
             if team is not None:
                 pes, rank = members(team), pgas.team_my_pe(team)
                 size = len(pes)
-                s, d = src[:max(1, (size * nelems - 1) * sst + 1)], dest[:max(1, (size * nelems - 1) * dst + 1)]
+                s, d = src[:strided_length(size * nelems, sst)], dest[:strided_length(size * nelems, dst)]
                 s.copy_to_device(strided_blocks(pgas.my_pe(), size, nelems, sst, dtype))
                 d.copy_to_device(np.full(d.size, 7, dtype))
                 alltoalls_kernel[1, WARPS_BLOCK](team, d, s, dst, sst, nelems, form)

@@ -177,9 +177,10 @@ def alltoalls(team, dest, src, dst_stride: int, src_stride: int, nelems: int, st
     no_overlap(call, d, s)
     if on_gpu(call, "alltoalls", d, s, dst, sst, nelems, stream=stream):
         return
-    # block j of member i: its nelems elements, strided, from (j*nelems)*stride on
+    # block j of a member's array: its nelems elements, strided, from (j*nelems)*stride on
+    # (none when nelems is 0, whatever the stride)
     def block(arr, j, stride):
-        return arr[j * nelems * stride:(j * nelems + nelems - 1) * stride + 1:stride]
+        return arr[j * nelems * stride:][:nelems * stride:stride]
     if _mpi.spans_nodes(call):
         sent, received = np.empty((call.n, nelems), s.dtype), np.empty((call.n, nelems), d.dtype)
         exchange = _mpi.alltoall_runner(call, received, sent)
@@ -193,11 +194,10 @@ def alltoalls(team, dest, src, dst_stride: int, src_stride: int, nelems: int, st
         call.keep(key, run)
         return
     me = call.me
-    mine = slice(me * nelems * sst, (me * nelems + nelems - 1) * sst + 1) if nelems else slice(0, 0)
 
     def exchange():
         for rank in range(call.n):
-            np.copyto(block(d, rank, dst), call.read(rank, "src", mine)[::sst])
+            np.copyto(block(d, rank, dst), block(call.read(rank, "src"), me, sst))
     call.keep(key, call.general(lambda: pull_all(call, exchange)))
 
 
