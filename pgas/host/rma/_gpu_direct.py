@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...runtime._arrays import c_strides
-from .. import _gpu_ops
 
 __all__ = ["GpuDirectCopies"]
 
@@ -28,6 +27,10 @@ class GpuDirectCopies:
     """Contiguous host-called copies between this PE and the PEs whose heaps are mapped here."""
 
     def __init__(self, heap, kinds: list):
+        # imported here, not at the top: _gpu_ops loads the device layer, which must not
+        # happen when pgas is imported (pgas-info reports bad settings before any backend)
+        from .._gpu_ops import copy_bytes
+        self._copy_bytes = copy_bytes
         # each PE's heap base where the copy engines reach it from here, else None
         self._bases = [base if kind in ("self", "p2p") else None for base, kind in zip(heap.bases, kinds)]
         self._base, self._size = heap.base, heap.size
@@ -61,7 +64,7 @@ class GpuDirectCopies:
             return False
         peer = self._bases[pe] + theirs[4]
         to, start = (peer, mine[3]) if to_peer else (mine[3], peer)
-        _gpu_ops.copy_bytes(to, start, mine[2] * mine[1].itemsize, None, "pgas.put" if to_peer else "pgas.get")
+        self._copy_bytes(to, start, mine[2] * mine[1].itemsize, None, "pgas.put" if to_peer else "pgas.get")
         return True
 
     def _local(self, arr, written: bool):
