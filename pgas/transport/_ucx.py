@@ -25,9 +25,9 @@ from ..core._errors import PgasError, PgasTimeoutError
 from ..core._waiting import Naps, before_waiting, precise_sleeps
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
-from ..wire import _batch as batch, _native, _target as target, _ucp as ucp
+from ..wire import _batch as batch, _native, _rma as rma, _target as target, _ucp as ucp
 from ..wire import _cache as wire_cache, _worker as worker_loops
-from ..wire._worker import WAIT_SPINS, Worker, next_wait_pause
+from ..wire._worker import WAIT_MAX_PAUSE_S, WAIT_SPINS, Worker, next_wait_pause
 from ._ibgda_ir import OP_NAMES
 from ._lanes import Lanes
 
@@ -79,15 +79,19 @@ def free_slots(ring, capacity, failures):
 # Holding it, they are also atomic among the requesting threads: no other lock.
 
 @njit(cache=True)
-def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, compare, laddr, waited):
+def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, compare, laddr, waited, rma_params):
     """Take the next free slot of ``ring``, write the request into it and send it to
-    the PE of row ``row`` of ``batches`` (a put: ``nbytes`` at ``laddr``); one that
-    nobody waits for and that carries at most 8 bytes joins that PE's batch instead.
-    Its ticket; -1 when no slot is free (or a failure must be reported first: see
-    ``free_slots``), or when a put or get to that PE whose data may land after what
-    follows (more than ``target.EAGER_BYTES``: by rendezvous) is not answered yet
-    (``ring[R_BLOCKED]``: its ticket + 1); -2 - ticket when UCX could not send it (its
-    status in the result)."""
+    the PE of row ``row`` of ``batches`` (a put: ``nbytes`` at ``laddr``). Where that PE's
+    heap is registered for one-sided access (``_rma``), a get and a put (but an inline put
+    of up to 8 bytes nobody waits for) go one-sided (``_post_one_sided``); the rest as
+    messages to its target, those that nobody waits for and that carry at most 8 bytes in
+    that PE's batch. Its ticket; -1 when no slot is free (or a failure must be reported
+    first: see ``free_slots``), or when a request ahead of it to that PE must be answered
+    first (``ring[R_BLOCKED]``: its ticket + 1): a put or get whose data may land after
+    what follows (more than ``target.EAGER_BYTES``: by rendezvous), or a message ahead of a
+    one-sided request; -3 when one-sided writes to that PE must be flushed before this
+    message (``Ucx._flush_row``); -2 - ticket when UCX could not send it (its status in
+    the result)."""
     capacity = ring[target.R_CAPACITY]
     at_row = batch.GLOBAL_WORDS + row * batch.ROW_WORDS
     fence = batches[at_row + batch.P_FENCE]
@@ -97,6 +101,18 @@ def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, 
             return -1
         batches[at_row + batch.P_FENCE] = 0
     ring[target.R_BLOCKED] = 0
+    one_sided = batches[at_row + batch.P_RKEY] != 0 and (op == target.GET or (op == target.PUT
+                                                                               and (waited or nbytes > 8)))
+    if one_sided:           # requests to one PE are applied in order: the messages ahead first
+        last = batches[at_row + batch.P_LAST_SENT]
+        if last != 0:
+            if ring[_AT + target.C_DONE * capacity + (last - 1) % capacity] < last:
+                batch.flush_row(batches, row)
+                ring[target.R_BLOCKED] = last
+                return -1
+            batches[at_row + batch.P_LAST_SENT] = 0
+    elif batches[at_row + batch.P_UNFLUSHED] != 0:
+        return -3
     ticket = ring[target.R_NEXT]
     if ticket - ring[target.R_FREED] >= capacity:
         free_slots(ring, capacity, np.zeros((0, 5), np.int64))     # (it stops at a failure to report)
@@ -110,6 +126,9 @@ def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, 
     ring[_AT + target.C_PE * capacity + slot] = pe
     ring[_AT + target.C_RADDR * capacity + slot] = raddr
     ring[_AT + target.C_NBYTES * capacity + slot] = nbytes
+    if one_sided:
+        return _post_one_sided(ring, batches, at_row, ticket, op, rkey, raddr, nbytes, laddr, waited, rma_params)
+    batches[at_row + batch.P_LAST_SENT] = ticket + 1
     h = headers[slot]
     h[0], h[1], h[2], h[3] = ticket, op, size, rkey
     h[4], h[5], h[6], h[7] = raddr, nbytes, value, compare
@@ -134,6 +153,43 @@ def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, 
         return -2 - ticket
     if large:           # nothing more to that PE until its data has landed (requests stay in order)
         batches[at_row + batch.P_FENCE] = ticket + 1
+    return ticket
+
+
+@njit(cache=True)
+def _post_one_sided(ring, batches, at_row, ticket, op, rkey, raddr, nbytes, laddr, waited, rma_params):
+    """``post``'s one-sided put or get (its slot taken): checked here against the peer's
+    heap (its key and range: nothing outside reaches the wire), then ``ucp_put_nbx`` or
+    ``ucp_get_nbx``, completing in the slot's callback (``_rma.completion``) or at once. A
+    put that a thread waits for is flushed with it (``ucp_ep_flush_nbx``): complete means
+    landed, as ``pgas.put`` promises; others land by the next flush (``quiet``)."""
+    capacity = ring[target.R_CAPACITY]
+    slot = ticket % capacity
+    base, heap_size = batches[at_row + batch.P_BASE], batches[at_row + batch.P_SIZE]
+    if rkey != batches[at_row + batch.P_KEY] or nbytes < 0 or nbytes > heap_size or raddr < base \
+            or raddr - base > heap_size - nbytes:
+        rma.mark_done(ring, ticket, 0, mlx5.SYNDROME_REMOTE_ACCESS)
+        return ticket
+    endpoint, ucx_key = batches[at_row + batch.P_ENDPOINT], batches[at_row + batch.P_RKEY]
+    params = rma_params[1].ctypes.data + slot * rma_params[1].shape[1]
+    rma_params[2][slot, 1] = ticket
+    if op == target.GET:
+        request = _native.ucp_get_nbx(endpoint, laddr, nbytes, raddr, ucx_key, params)
+    elif waited:        # the put, then the flush whose completion completes the slot
+        request = _native.ucp_put_nbx(endpoint, laddr, nbytes, raddr, ucx_key, rma_params[0].ctypes.data)
+        if request > 0:
+            _native.ucp_request_free(request)       # (UCX completes it; the flush waits for it)
+        if request >= 0:
+            request = _native.ucp_ep_flush_nbx(endpoint, params)
+    else:
+        request = _native.ucp_put_nbx(endpoint, laddr, nbytes, raddr, ucx_key, params)
+        batches[at_row + batch.P_UNFLUSHED] = 1
+        batches[batch.B_UNFLUSHED] = 1
+    if request == 0:
+        rma.mark_done(ring, ticket, 0, 0)
+    elif request < 0:
+        ring[_AT + target.C_RESULT * capacity + slot] = request
+        return -2 - ticket
     return ticket
 
 
@@ -165,10 +221,20 @@ class Ucx:
         wire_cache.drop_if_stale((post, free_slots, flush, first_unanswered, batch.stage, worker_loops.serve,
                                   target._land))
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
-        self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
+        self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES, rma=True)
+        try:
+            self._setup(heap_region, wake, answers)
+        except BaseException:
+            self.worker.close()
+            raise
+
+    def _setup(self, heap_region, wake: int, answers: int) -> None:
+        nic = self.nic
         _, on_answer, _, on_get_received, _, on_answers, _ = target.callbacks()
         self._post, self._free_slots, self._flush, self._first_unanswered = post, free_slots, flush, first_unanswered
         self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey, wake)
+        # one-sided access: every PE's heap registered with UCX, its key unpacked per endpoint
+        self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size)
         # the requester: the ring (its header, then its columns) and the request headers
         self.ring = np.zeros(target.RING_HEADER + target.COLUMNS * CAPACITY, np.int64)
         self._get_receive_params = ucp.request_params(0, on_get_received, self.ring)
@@ -176,6 +242,8 @@ class Ucx:
             CAPACITY, self.worker.handle, self._get_receive_params.ctypes.data, self.ring.ctypes.data, answers)
         self.columns = self.ring[target.RING_HEADER:].reshape(target.COLUMNS, CAPACITY)
         self.headers = np.zeros((CAPACITY, target.REQUEST_WORDS), np.int64)
+        # one-sided requests: plain parameters, and a slot's (its completion, ``_rma``)
+        self._rma_params = (ucp.request_params(0), *rma.slot_params(rma.completion(), CAPACITY, self.ring))
         # UCX picks eager or rendezvous by size (UCX_RNDV_THRESH)
         self._request_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
         self._eager_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER
@@ -187,11 +255,10 @@ class Ucx:
         # small requests nobody waits for, coalesced per peer (pgas.wire._batch)
         peers = sorted(self.worker.endpoints)
         self._row = {pe: row for row, pe in enumerate(peers)}
-        self.batches = batch.new_batches([self.worker.endpoints[pe] for pe in peers], self._request_params.ctypes.data,
-                                         self._eager_params.ctypes.data)
+        self.batches = self._new_batches(self.worker.endpoints)
         # a context's lane: endpoints of its own (connections of their own); its requests
         # are all waited for, so never batched
-        self.lanes = Lanes(self.batches, self._new_endpoints)
+        self.lanes = Lanes(self.batches, lambda: self._new_batches(self.worker.connect_again()))
         before_waiting.append(self.flush)
         self.worker.start(self.batches)
         self._compile_now()
@@ -203,16 +270,23 @@ class Ucx:
         self._free_slots(self.ring, CAPACITY, self._failures)
         self._first_unanswered(self.columns[target.C_DONE], 0, 0)
 
-    def _new_endpoints(self) -> np.ndarray:
-        """A lane: endpoints of their own to every peer, in the batches' row layout."""
-        endpoints = self.worker.connect_again()
-        return batch.new_batches([endpoints[pe] for pe in sorted(endpoints)], self._request_params.ctypes.data,
-                                 self._eager_params.ctypes.data)
+    def _new_batches(self, endpoints: dict[int, int]) -> np.ndarray:
+        """The batches (and one-sided keys) of a lane whose endpoint to PE ``pe`` is ``endpoints[pe]``."""
+        keys = self._keys.unpack(endpoints)
+        peers = sorted(endpoints)
+        heaps = [(keys[pe], self.nic.remote[pe].rkey, *self._keys.ranges[pe]) for pe in peers]
+        return batch.new_batches([endpoints[pe] for pe in peers], self._request_params.ctypes.data,
+                                 self._eager_params.ctypes.data, heaps)
+
+    def transports(self) -> dict[int, str]:
+        """PE -> the UCX transports of the endpoint to it (``_rma.transports``)."""
+        return {pe: rma.transports(self.worker.lib, endpoint) for pe, endpoint in self.worker.endpoints.items()}
 
     def close(self) -> None:
         self.flush()
         if self.flush in before_waiting:
             before_waiting.remove(self.flush)
+        self._keys.close()
         self.worker.close()
 
     def flush(self) -> None:
@@ -229,9 +303,9 @@ class Ucx:
         ``quiet``)."""
         mlx5.check_message(fn, nbytes)
         arguments = (self.ring, self.lanes[lane], self._row[pe], self.headers, pe, op, size, self.nic.remote[pe].rkey,
-                     raddr, nbytes, _signed(value), _signed(compare), laddr, waited)
+                     raddr, nbytes, _signed(value), _signed(compare), laddr, waited, self._rma_params)
         ticket = self._post(*arguments)
-        if ticket == -1:
+        if ticket in (-1, -3):
             ticket = self._post_when_free(fn, arguments)
         if ticket < -1:
             status = self.columns[target.C_RESULT, (-2 - ticket) % CAPACITY]
@@ -246,6 +320,10 @@ class Ucx:
         while True:
             self._keep_failures()
             ticket = self._post(*arguments)
+            if ticket == -3:
+                batches, row = arguments[1], arguments[2]
+                self._flush_rows(fn, [(batches, row)], deadline, [arguments[4]])
+                continue
             if ticket != -1:
                 return ticket
             blocked = int(self.ring[target.R_BLOCKED])
@@ -263,6 +341,54 @@ class Ucx:
                 time.sleep(0)
             else:
                 self._wait_done(fn, oldest, deadline, waiting_for, [int(self.columns[target.C_PE, oldest % CAPACITY])])
+
+    def _flush_rows(self, fn: str, rows: list, deadline: float, pes) -> None:
+        """Complete the one-sided writes to the PEs of ``rows`` ((batches, row) pairs):
+        their flags cleared first (a write posted
+        meanwhile sets its own again), then ``ucp_ep_flush_nbx`` on each and its wait."""
+        lib = self.worker.lib
+        requests = []
+        for batches, row in rows:
+            at = batch.GLOBAL_WORDS + row * batch.ROW_WORDS
+            batches[at + batch.P_UNFLUSHED] = 0
+            request = lib.ucp_ep_flush_nbx(int(batches[at + batch.P_ENDPOINT]), self._rma_params[0].ctypes.data)
+            self._check_flush(fn, request, pes)
+            if request > 0:
+                requests.append(request)
+        self._wait_requests(fn, requests, deadline, pes)
+
+    def _flush_all(self, fn: str, deadline: float, pes) -> None:
+        """Complete every one-sided write of this PE (``ucp_worker_flush_nbx``), if any lane has one."""
+        lanes = [lane for lane in self.lanes if lane[batch.B_UNFLUSHED]]
+        if not lanes:
+            return
+        for batches in lanes:
+            batches[batch.B_UNFLUSHED] = 0
+            batches[batch.GLOBAL_WORDS + batch.P_UNFLUSHED::batch.ROW_WORDS] = 0
+        request = self.worker.lib.ucp_worker_flush_nbx(self.worker.handle, self._rma_params[0].ctypes.data)
+        self._check_flush(fn, request, pes)
+        self._wait_requests(fn, [request] if request > 0 else [], deadline, pes)
+
+    @staticmethod
+    def _check_flush(fn: str, request: int, pes) -> None:
+        if request < 0:
+            raise PgasError(f"{fn}: UCX could not flush the one-sided writes to PE {', '.join(map(str, pes))} "
+                            f"(ucs_status_t {request})")
+
+    def _wait_requests(self, fn: str, requests: list, deadline: float, pes) -> None:
+        """Progress the worker (backing off with sleeps) until UCX's ``requests`` complete; free them."""
+        lib, naps = self.worker.lib, Naps(next_wait_pause)
+        for request in requests:
+            while (status := lib.ucp_request_check_status(request)) == ucp.UCS_INPROGRESS:
+                if lib.ucp_worker_progress(self.worker.handle) == 0:
+                    if time.monotonic() > deadline:
+                        raise PgasTimeoutError(f"{fn}: waited PGAS_TIMEOUT={self.timeout:g} s for the one-sided "
+                                               f"writes to PE {', '.join(map(str, pes))} to complete")
+                    naps.nap(WAIT_MAX_PAUSE_S)
+            lib.ucp_request_free(request)
+            if status != ucp.UCS_OK:
+                raise PgasError(f"{fn}: the one-sided writes to PE {', '.join(map(str, pes))} failed "
+                                f"(ucs_status_t {status})")
 
     def copy_now(self, fn: str, pe: int, raddr: int, laddr: int, nbytes: int, to_peer: bool) -> None:
         """A contiguous put (``to_peer``) or get of ``nbytes`` at ``laddr``, complete on return."""
@@ -335,6 +461,7 @@ class Ucx:
                                                       "nodes", [pe])
             else:
                 ticket += 1
+        self._flush_all(fn, deadline, sorted(self._row) if pes is None else sorted(pes))
         self._keep_failures()
         self.raise_failures(fn)
 

@@ -13,7 +13,8 @@ applies the requests in order and answers them in one message.
 
 The batches are one int64 array: GLOBAL_WORDS words (a lock, whether the progress thread
 sleeps, how many requests are staged, the send parameters, send failures), then a row per
-peer: its endpoint, how many requests it holds, when the first came, and the requests.
+peer: its endpoint, how many requests it holds, when the first came, what the requester's
+one-sided path needs (``pgas.transport._ucx``), and the requests.
 Posting threads hold the interpreter lock; the progress thread does not, so both take the
 batches' lock (a compare-and-swap word) while they touch them.
 """
@@ -25,28 +26,39 @@ from numba import njit
 from ..core.native._llvm import built_once
 from . import _native, _target as target, _ucp as ucp
 
-__all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "B_PARAMS", "B_EAGER_PARAMS", "GLOBAL_WORDS",
-           "ROW_WORDS", "P_ENDPOINT", "P_FENCE", "new_batches", "batch_code"]
+__all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "B_PARAMS", "B_EAGER_PARAMS", "B_UNFLUSHED",
+           "GLOBAL_WORDS", "ROW_WORDS", "P_ENDPOINT", "P_FENCE", "P_RKEY", "P_KEY", "P_BASE", "P_SIZE", "P_UNFLUSHED",
+           "P_LAST_SENT", "new_batches", "batch_code"]
 
 BATCH = target.MAX_BATCH     # requests per message (16: 1 KiB of header)
 STALE_NS = 100_000           # the longest a request waits in a batch
-B_LOCK, B_SLEEPING, B_STAGED, B_PARAMS, B_FAILED, B_PEERS, B_EAGER_PARAMS, B_CLOCK = range(8)
+# (and whether any row has one-sided writes not yet flushed)
+B_LOCK, B_SLEEPING, B_STAGED, B_PARAMS, B_FAILED, B_PEERS, B_EAGER_PARAMS, B_UNFLUSHED, B_CLOCK = range(9)
 GLOBAL_WORDS = B_CLOCK + 2          # the clock: a struct timespec the stagers read the time into
 # a row: the endpoint, how many requests it holds, when the first came, the request whose
-# data may land after what follows (its ticket + 1; 0: none: ``pgas.transport._ucx.post``)
-P_ENDPOINT, P_COUNT, P_FIRST_NS, P_FENCE = range(4)
-P_REQUESTS = 4
+# data may land after what follows (its ticket + 1; 0: none: ``pgas.transport._ucx.post``),
+# the peer heap's UCX key for this endpoint (0: no one-sided access), its key as pgas names it,
+# its base and size, whether one-sided writes to it may not have landed yet (no flush
+# since), and the last request sent to it as a message (its ticket + 1; 0: none since a
+# one-sided one, which waits for it: ``pgas.transport._ucx.post``)
+P_ENDPOINT, P_COUNT, P_FIRST_NS, P_FENCE, P_RKEY, P_KEY, P_BASE, P_SIZE, P_UNFLUSHED, P_LAST_SENT = range(10)
+P_REQUESTS = 10
 ROW_WORDS = P_REQUESTS + BATCH * target.REQUEST_WORDS
 
 
-def new_batches(endpoints: list[int], params_address: int, eager_params_address: int = 0) -> np.ndarray:
+def new_batches(endpoints: list[int], params_address: int, eager_params_address: int = 0,
+                heaps: list[tuple[int, int, int, int]] | None = None) -> np.ndarray:
     """The batches of a requester whose peers' endpoints are ``endpoints`` (row i: peer i),
     sent with the ``ucp_request_param_t`` at ``params_address`` (as all its requests; those
-    whose data must go eagerly with the one at ``eager_params_address``)."""
+    whose data must go eagerly with the one at ``eager_params_address``); ``heaps[i]``: peer
+    i's heap for one-sided access (its UCX key for that endpoint, its pgas key, base, size)."""
     batches = np.zeros(GLOBAL_WORDS + ROW_WORDS * len(endpoints), np.int64)
     batches[B_PARAMS], batches[B_EAGER_PARAMS], batches[B_PEERS] = params_address, eager_params_address, len(endpoints)
     for row, endpoint in enumerate(endpoints):
-        batches[GLOBAL_WORDS + row * ROW_WORDS + P_ENDPOINT] = endpoint
+        at = GLOBAL_WORDS + row * ROW_WORDS
+        batches[at + P_ENDPOINT] = endpoint
+        if heaps is not None:
+            batches[at + P_RKEY:at + P_SIZE + 1] = heaps[row]
     return batches
 
 

@@ -32,7 +32,7 @@ UCS_OK, UCS_INPROGRESS, UCS_ERR_BUSY = 0, 1, -15
 UCS_THREAD_MODE_MULTI = 2
 
 PARAM_FIELD_FEATURES, PARAM_FIELD_REQUEST_SIZE, PARAM_FIELD_ESTIMATED_NUM_EPS = 1 << 0, 1 << 1, 1 << 6
-FEATURE_AM, FEATURE_WAKEUP = 1 << 6, 1 << 4
+FEATURE_AM, FEATURE_WAKEUP, FEATURE_RMA = 1 << 6, 1 << 4, 1 << 1
 WORKER_PARAM_FIELD_THREAD_MODE = 1 << 0
 EP_PARAM_FIELD_REMOTE_ADDRESS, EP_PARAM_FIELD_ERR_HANDLING_MODE = 1 << 0, 1 << 1
 ERR_HANDLING_MODE_NONE = 0
@@ -42,6 +42,8 @@ AM_FLAG_WHOLE_MSG = 1 << 0
 AM_SEND_FLAG_REPLY, AM_SEND_FLAG_EAGER, AM_SEND_FLAG_COPY_HEADER = 1 << 0, 1 << 1, 1 << 3
 AM_RECV_ATTR_FIELD_REPLY_EP, AM_RECV_ATTR_FLAG_RNDV = 1 << 0, 1 << 17
 AM_HANDLER_PARAM_FIELDS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3)      # id, flags, cb, arg
+MEM_MAP_PARAM_FIELD_ADDRESS, MEM_MAP_PARAM_FIELD_LENGTH = 1 << 0, 1 << 1
+EP_ATTR_FIELD_TRANSPORTS = 1 << 3
 
 _u64, _vp, _int, _uint, _size = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.c_size_t
 
@@ -76,6 +78,22 @@ class AmHandlerParams(ctypes.Structure):    # ucp_am_handler_param_t
     _fields_ = [("field_mask", _u64), ("id", _uint), ("flags", ctypes.c_uint32), ("cb", _vp), ("arg", _vp)]
 
 
+class MemMapParams(ctypes.Structure):      # ucp_mem_map_params_t
+    _fields_ = [("field_mask", _u64), ("address", _vp), ("length", _size), ("flags", _uint), ("prot", _uint),
+                ("memory_type", _int), ("exported_memh_buffer", _vp)]
+
+
+class TransportEntry(ctypes.Structure):    # ucp_transport_entry_t
+    _fields_ = [("transport_name", ctypes.c_char_p), ("device_name", ctypes.c_char_p)]
+
+
+class EpAttr(ctypes.Structure):            # ucp_ep_attr_t (up to its transports)
+    _fields_ = [("field_mask", _u64), ("name", ctypes.c_char * 32), ("local_sockaddr", ctypes.c_char * 128),
+                ("remote_sockaddr", ctypes.c_char * 128), ("entries", _vp), ("num_entries", _uint),
+                ("entry_size", _size), ("user_data", _vp)]
+
+
+assert (ctypes.sizeof(MemMapParams), ctypes.sizeof(TransportEntry), EpAttr.entries.offset) == (48, 16, 296)
 assert (ctypes.sizeof(Params), ctypes.sizeof(WorkerParams), ctypes.sizeof(EpParams), ctypes.sizeof(RequestParams),
         ctypes.sizeof(AmHandlerParams)) == (88, 200, 104, 72, 32)
 
@@ -102,6 +120,17 @@ _DECLARATIONS = {            # name: (result, arguments)
     "ucp_am_recv_data_nbx": (_P, (_P, _P, _P, _P, _P)),
     "ucp_request_check_status": (_int, (_P,)),
     "ucp_request_free": (None, (_P,)),
+    "ucp_mem_map": (_int, (_P, _P, _P)),
+    "ucp_mem_unmap": (_int, (_P, _P)),
+    "ucp_rkey_pack": (_int, (_P, _P, _P, _P)),
+    "ucp_rkey_buffer_release": (None, (_P,)),
+    "ucp_ep_rkey_unpack": (_int, (_P, _P, _P)),
+    "ucp_rkey_destroy": (None, (_P,)),
+    "ucp_put_nbx": (_P, (_P, _P, _P, _P, _P, _P)),
+    "ucp_get_nbx": (_P, (_P, _P, _P, _P, _P, _P)),
+    "ucp_ep_flush_nbx": (_P, (_P, _P)),
+    "ucp_worker_flush_nbx": (_P, (_P, _P)),
+    "ucp_ep_query": (_int, (_P, _P)),
 }
 
 
@@ -109,7 +138,7 @@ _LIBC = {"poll": (_int, (_P, _P, _int)), "ppoll": (_int, (_P, _P, _P, _P)), "mem
          "sched_yield": (_int, ()), "clock_gettime": (_int, (_int, _P)), "nanosleep": (_int, (_P, _P)),
          "malloc": (_P, (_P,)), "free": (None, (_P,))}
 _NATIVE = ("ucp_worker_progress", "ucp_worker_arm", "ucp_worker_signal", "ucp_am_send_nbx", "ucp_am_recv_data_nbx",
-           "ucp_request_free", *_LIBC)     # what native code calls
+           "ucp_request_free", "ucp_put_nbx", "ucp_get_nbx", "ucp_ep_flush_nbx", "ucp_worker_flush_nbx", *_LIBC)     # what native code calls
 
 
 def register_symbol(name: str, address: int) -> None:

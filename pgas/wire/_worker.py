@@ -150,12 +150,12 @@ def progress_until(worker, waiters, word, value, spins):
 
 
 class Worker:
-    """A UCP worker with active messages, connected to ``peers`` (PE numbers) through
-    ``comm`` (collective over it). ``handle(id, callback, arg)`` installs a handler before
+    """A UCP worker with active messages (and with ``rma``, one-sided access: ``_rma``),
+    connected to ``peers`` (PE numbers) through ``comm`` (collective over it). ``handle(id, callback, arg)`` installs a handler before
     ``start``; ``endpoints[pe]`` is the handle to send to PE ``pe``. Every UCX request of
     the worker has ``request_bytes`` of its own for the caller (at the request's handle)."""
 
-    def __init__(self, comm, my_pe: int, peers, request_bytes: int = 0):
+    def __init__(self, comm, my_pe: int, peers, request_bytes: int = 0, rma: bool = False):
         self.lib = lib = ucp.load()
         self.my_pe = my_pe
         hosts = comm.allgather(socket.gethostname())
@@ -164,10 +164,14 @@ class Worker:
         if any(hosts[pe] != hosts[my_pe] for pe in peers) and "UCX_TLS" not in os.environ:
             # Peers on other hosts are never reached by shared memory, but hosts that are
             # network namespaces of one machine look like one node to UCX: its shared memory
-            # would carry the data while its wake-ups (per namespace) never arrive.
-            ucp.check(lib.ucp_config_modify(config.value, b"TLS", b"^shm"), "ucp_config_modify")
+            # would carry the messages while its wake-ups (per namespace) never arrive. With
+            # one-sided access (``rma``) UCX may still reach their memory by CMA, which
+            # carries no messages and needs no wake-up (as MPI's windows are reached there).
+            tls = b"^posix,sysv,xpmem" if rma else b"^shm"
+            ucp.check(lib.ucp_config_modify(config.value, b"TLS", tls), "ucp_config_modify")
+        features = ucp.FEATURE_AM | ucp.FEATURE_WAKEUP | (ucp.FEATURE_RMA if rma else 0)
         params = ucp.Params(field_mask=ucp.PARAM_FIELD_FEATURES | ucp.PARAM_FIELD_ESTIMATED_NUM_EPS
-                            | ucp.PARAM_FIELD_REQUEST_SIZE, features=ucp.FEATURE_AM | ucp.FEATURE_WAKEUP,
+                            | ucp.PARAM_FIELD_REQUEST_SIZE, features=features,
                             estimated_num_eps=comm.Get_size(), request_size=request_bytes)
         context = ctypes.c_int64()
         status = lib.ucp_init_version(ucp.API_MAJOR, ucp.API_MINOR, ctypes.addressof(params), config.value,
