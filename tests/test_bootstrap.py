@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, backend_in_use, gpu_usable_here, pe_lines, pgasrun, pe_env
+from conftest import ROOT, backend_in_use, gpu_usable_here, pe_lines, pgasrun, pe_env, skip_on_cuda
 
 
 def run_script(tmp_path, n, text, options=(), env=None):
@@ -258,3 +258,15 @@ def test_pgas_info_under_pgasrun_shows_the_transport_between_every_pair(clean_sh
     far = "ibgda"       # PEs on the other node: through the emulated NIC, on both backends
     assert [row.split() for row in rows] == [["0", "self", "p2p", far, far], ["1", "p2p", "self", far, far],
                                              ["2", far, far, "self", "p2p"], ["3", far, far, "p2p", "self"]]
+
+
+def test_pgas_info_names_the_ucx_transports_of_each_peer(clean_shm):
+    skip_on_cuda("the ucx engine is the simulator backend's")
+    proc = pgasrun(4, "pgas-info", options=["--pes-per-node", "2"], env={"PGAS_REMOTE_TRANSPORT": "ucx"})
+    assert proc.returncode == 0, proc.stderr
+    wires = [line for line in proc.stdout.split("UCX transports of the ucx engine's endpoints")[1].splitlines()[1:]
+             if line.startswith("  PE ")]
+    pairs = {tuple(int(w) for w in line.split(":")[0].replace("PE", "").split("->")): line.split(": ")[1]
+             for line in wires}
+    assert sorted(pairs) == [(0, 2), (0, 3), (1, 2), (1, 3), (2, 0), (2, 1), (3, 0), (3, 1)], proc.stdout
+    assert all("/" in lanes for lanes in pairs.values()), proc.stdout     # transport/device, as ucp_ep_query says

@@ -28,10 +28,18 @@ def info() -> dict:
         "heap_free": rt.allocator.bytes_free,
         "transports": dict(enumerate(rt.transports.kinds)),
         "memory_regions": rt.transports.regions(),
+        "ucx_transports": _ucx_transports(rt),
     }
     if rt.on_gpu:
         facts["gpu"] = rt.heap.device   # the device index this PE uses (among the visible ones)
     return facts
+
+
+def _ucx_transports(rt) -> dict[int, str]:
+    """PE -> the UCX transports that reach it from this PE ("tcp/eth0 cma/memory"), for
+    the PEs the ucx engine reaches (empty when it is not in use)."""
+    engine = rt.transports.engines.get("ucx")
+    return {} if engine is None else engine.transports()
 
 
 def _transport_table() -> str | None:
@@ -41,14 +49,17 @@ def _transport_table() -> str | None:
     from ._init import finalize, init
     init()
     rt = runtime("pgas-info")
-    rows = rt.boot.comm.gather(rt.transports.kinds, root=0)
+    rows = rt.boot.comm.gather((rt.transports.kinds, _ucx_transports(rt)), root=0)
     finalize()
     if rows is None:
         return ""
-    width = max(len(kind) for row in rows for kind in row) + 1
+    width = max(len(kind) for row, _ in rows for kind in row) + 1
     header = "from \\ to".rjust(10) + " " + "".join(f"{pe:>{width}}" for pe in range(len(rows)))
-    lines = [f"{pe:>10} " + "".join(f"{kind:>{width}}" for kind in row) for pe, row in enumerate(rows)]
-    return "\n".join(["transport from each PE to each PE:", header, *lines])
+    lines = [f"{pe:>10} " + "".join(f"{kind:>{width}}" for kind in row) for pe, (row, _) in enumerate(rows)]
+    wires = [f"  PE {pe} -> PE {peer}: {lanes}" for pe, (_, ucx) in enumerate(rows) for peer, lanes in ucx.items()]
+    if wires:
+        wires.insert(0, "UCX transports of the ucx engine's endpoints (one-sided puts and gets take its RMA lanes):")
+    return "\n".join(["transport from each PE to each PE:", header, *lines, *wires])
 
 
 def main(argv=None) -> int:
@@ -70,7 +81,7 @@ def main(argv=None) -> int:
     remote = setting("PGAS_REMOTE_TRANSPORT")
     native = setting("PGAS_NIC_WIRE") == "ucx" and ucx_loads()
     executes = "native code executes them over UCX" if native else "the emulated NIC's thread executes them over MPI"
-    how = {"ucx": "UCX active messages", "proxy": f"a CPU proxy thread posts WQEs; {executes}",
+    how = {"ucx": "one-sided UCX puts and gets, UCX active messages for the rest", "proxy": f"a CPU proxy thread posts WQEs; {executes}",
            "ibgda": f"device threads post WQEs; {executes}"}[remote]
     print(f"transports: p2p (load/store between the PEs of a node); to PEs on other nodes: {remote} "
           f"(PGAS_REMOTE_TRANSPORT), {how}")

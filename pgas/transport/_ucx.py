@@ -34,6 +34,10 @@ from ._lanes import Lanes
 __all__ = ["Ucx"]
 
 CAPACITY = 1024
+# Rounds of progress a caller of ``copy_now`` makes for its one-sided put or get before it
+# backs off (``wait``): completing it is this PE's own work (CMA's system call, a NIC's
+# completion), not an answer from the target.
+ONE_SIDED_SPINS = 2000
 _MASK = (1 << 64) - 1
 
 
@@ -194,6 +198,36 @@ def _post_one_sided(ring, batches, at_row, ticket, op, rkey, raddr, nbytes, ladd
 
 
 @njit(cache=True)
+def copy_once(ring, batches, row, headers, pe, op, rkey, raddr, nbytes, laddr, rma_params, worker, waiters, spins,
+              one_sided_spins):
+    """``post`` a put or get that the caller waits for, then progress the worker until it
+    completes: at most ``spins`` rounds (``one_sided_spins`` where it went one-sided: its
+    completion is this PE's own work). (posted, ticket): ticket -1 when it completed
+    unrefused (its slot freed); (False, 0) when ``post`` could not take it now (the
+    caller submits it as any request)."""
+    ticket = post(ring, batches, row, headers, pe, op, 0, rkey, raddr, nbytes, 0, 0, laddr, True, rma_params)
+    if ticket < 0:
+        return False, 0
+    capacity = ring[target.R_CAPACITY]
+    slot = ticket % capacity
+    done = _AT + target.C_DONE * capacity + slot
+    rounds = one_sided_spins if batches[batch.GLOBAL_WORDS + row * batch.ROW_WORDS + batch.P_RKEY] != 0 else spins
+    waiters[0] += 1
+    for _ in range(rounds):
+        if ring[done] > ticket:
+            break
+        if _native.ucp_worker_progress(worker) == 0:
+            _native.sched_yield()
+    waiters[0] -= 1
+    if ring[done] > ticket and ring[_AT + target.C_SYNDROME * capacity + slot] == 0:
+        ring[_AT + target.C_WAITED * capacity + slot] = 0
+        if ring[target.R_FREED] == ticket:      # the oldest: freed now (``quiet`` then finds nothing to do)
+            ring[target.R_FREED] = ticket + 1
+        return True, -1
+    return True, ticket
+
+
+@njit(cache=True)
 def flush(batches):
     """Send every batch now (keeping the interpreter lock, as ``post``)."""
     batch.flush_all(batches)
@@ -218,7 +252,7 @@ class Ucx:
     def __init__(self, nic: Nic, heap_region, timeout: float, wake: int = 0, answers: int = 0):
         self.nic = nic
         self.timeout = timeout
-        wire_cache.drop_if_stale((post, free_slots, flush, first_unanswered, batch.stage, worker_loops.serve,
+        wire_cache.drop_if_stale((post, copy_once, free_slots, flush, first_unanswered, batch.stage, worker_loops.serve,
                                   target._land))
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES, rma=True)
@@ -232,6 +266,7 @@ class Ucx:
         nic = self.nic
         _, on_answer, _, on_get_received, _, on_answers, _ = target.callbacks()
         self._post, self._free_slots, self._flush, self._first_unanswered = post, free_slots, flush, first_unanswered
+        self._copy_once = copy_once
         self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey, wake)
         # one-sided access: every PE's heap registered with UCX, its key unpacked per endpoint
         self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size)
@@ -391,8 +426,18 @@ class Ucx:
                                 f"(ucs_status_t {status})")
 
     def copy_now(self, fn: str, pe: int, raddr: int, laddr: int, nbytes: int, to_peer: bool) -> None:
-        """A contiguous put (``to_peer``) or get of ``nbytes`` at ``laddr``, complete on return."""
-        self.wait(fn, self.submit(fn, target.PUT if to_peer else target.GET, pe, raddr, laddr=laddr, nbytes=nbytes))
+        """A contiguous put (``to_peer``) or get of ``nbytes`` at ``laddr``, complete on return:
+        posted and, most often, completed in one native call (``copy_once``); else waited
+        for as any request (or, when it could not be posted at once, sent as any)."""
+        mlx5.check_message(fn, nbytes)
+        op = target.PUT if to_peer else target.GET
+        posted, ticket = self._copy_once(self.ring, self.batches, self._row[pe], self.headers, pe, op,
+                                         self.nic.remote[pe].rkey, raddr, nbytes, laddr, self._rma_params,
+                                         self.worker.handle, self.worker.waiters, WAIT_SPINS, ONE_SIDED_SPINS)
+        if not posted:
+            ticket = self.submit(fn, op, pe, raddr, laddr=laddr, nbytes=nbytes)
+        if ticket >= 0:
+            self.wait(fn, ticket)
         self.raise_failures(fn)
 
     def _keep_failures(self) -> None:
@@ -446,6 +491,9 @@ class Ucx:
         """Wait until every request sent so far (to the PEs in set ``pes``) is answered;
         raise the first failure of a request nobody waited for."""
         last = int(self.ring[target.R_NEXT])
+        if self.ring[target.R_FREED] == last and not self.errors and not self.batches[batch.B_STAGED] \
+                and not self.batches[batch.B_FAILED] and not any(lane[batch.B_UNFLUSHED] for lane in self.lanes):
+            return          # every request complete, its slot freed: nothing to wait for
         self.flush()
         if self.batches[batch.B_FAILED]:
             raise PgasError(f"{fn}: UCX could not send {int(self.batches[batch.B_FAILED])} batched requests to PEs "
