@@ -81,7 +81,8 @@ def main(argv=None) -> int:
     remote = setting("PGAS_REMOTE_TRANSPORT")
     native = setting("PGAS_NIC_WIRE") == "ucx" and ucx_loads()
     executes = "native code executes them over UCX" if native else "the emulated NIC's thread executes them over MPI"
-    how = {"ucx": "one-sided UCX puts and gets, UCX active messages for the rest", "proxy": f"a CPU proxy thread posts WQEs; {executes}",
+    how = {"ucx": "one-sided UCX puts and gets, UCX active messages for the rest",
+           "proxy": f"a CPU proxy thread posts WQEs; {executes}",
            "ibgda": f"device threads post WQEs; {executes}"}[remote]
     print(f"transports: p2p (load/store between the PEs of a node); to PEs on other nodes: {remote} "
           f"(PGAS_REMOTE_TRANSPORT), {how}")

@@ -169,9 +169,8 @@ def _post_one_sided(ring, batches, at_row, ticket, op, rkey, raddr, nbytes, ladd
     landed, as ``pgas.put`` promises; others land by the next flush (``quiet``)."""
     capacity = ring[target.R_CAPACITY]
     slot = ticket % capacity
-    base, heap_size = batches[at_row + batch.P_BASE], batches[at_row + batch.P_SIZE]
-    if rkey != batches[at_row + batch.P_KEY] or nbytes < 0 or nbytes > heap_size or raddr < base \
-            or raddr - base > heap_size - nbytes:
+    if target.outside(batches[at_row + batch.P_BASE], batches[at_row + batch.P_SIZE], batches[at_row + batch.P_KEY],
+                      rkey, raddr, nbytes):
         rma.mark_done(ring, ticket, 0, mlx5.SYNDROME_REMOTE_ACCESS)
         return ticket
     endpoint, ucx_key = batches[at_row + batch.P_ENDPOINT], batches[at_row + batch.P_RKEY]
@@ -252,8 +251,8 @@ class Ucx:
     def __init__(self, nic: Nic, heap_region, timeout: float, wake: int = 0, answers: int = 0):
         self.nic = nic
         self.timeout = timeout
-        wire_cache.drop_if_stale((post, copy_once, free_slots, flush, first_unanswered, batch.stage, worker_loops.serve,
-                                  target._land))
+        wire_cache.drop_if_stale((post, copy_once, free_slots, flush, first_unanswered, batch.stage,
+                                  worker_loops.serve, target._land))
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES, rma=True)
         try:
@@ -356,8 +355,7 @@ class Ucx:
             self._keep_failures()
             ticket = self._post(*arguments)
             if ticket == -3:
-                batches, row = arguments[1], arguments[2]
-                self._flush_rows(fn, [(batches, row)], deadline, [arguments[4]])
+                self._flush_row(fn, arguments[1], arguments[2], deadline, arguments[4])
                 continue
             if ticket != -1:
                 return ticket
@@ -377,20 +375,15 @@ class Ucx:
             else:
                 self._wait_done(fn, oldest, deadline, waiting_for, [int(self.columns[target.C_PE, oldest % CAPACITY])])
 
-    def _flush_rows(self, fn: str, rows: list, deadline: float, pes) -> None:
-        """Complete the one-sided writes to the PEs of ``rows`` ((batches, row) pairs):
-        their flags cleared first (a write posted
-        meanwhile sets its own again), then ``ucp_ep_flush_nbx`` on each and its wait."""
-        lib = self.worker.lib
-        requests = []
-        for batches, row in rows:
-            at = batch.GLOBAL_WORDS + row * batch.ROW_WORDS
-            batches[at + batch.P_UNFLUSHED] = 0
-            request = lib.ucp_ep_flush_nbx(int(batches[at + batch.P_ENDPOINT]), self._rma_params[0].ctypes.data)
-            self._check_flush(fn, request, pes)
-            if request > 0:
-                requests.append(request)
-        self._wait_requests(fn, requests, deadline, pes)
+    def _flush_row(self, fn: str, batches: np.ndarray, row: int, deadline: float, pe: int) -> None:
+        """Complete the one-sided writes to PE ``pe`` (row ``row`` of lane ``batches``): its
+        flag cleared first (a write posted meanwhile sets it again), then ``ucp_ep_flush_nbx``
+        and its wait."""
+        at = batch.GLOBAL_WORDS + row * batch.ROW_WORDS
+        batches[at + batch.P_UNFLUSHED] = 0
+        request = self.worker.lib.ucp_ep_flush_nbx(int(batches[at + batch.P_ENDPOINT]), self._rma_params[0].ctypes.data)
+        self._check_flush(fn, request, [pe])
+        self._wait_requests(fn, [request] if request > 0 else [], deadline, [pe])
 
     def _flush_all(self, fn: str, deadline: float, pes) -> None:
         """Complete every one-sided write of this PE (``ucp_worker_flush_nbx``), if any lane has one."""

@@ -21,7 +21,8 @@ from ..core.native._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from . import _native, _target as target, _ucp as ucp, _window as window
 
-__all__ = ["HeapKeys", "transports", "completion", "mark_done"]
+__all__ = ["HeapKeys", "transports", "completion", "mark_done", "slot_params"]
+
 
 def _memlock_limit() -> str:
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
@@ -36,6 +37,7 @@ class HeapKeys:
     def __init__(self, worker, comm, my_pe: int, base: int, size: int):
         lib = self._lib = worker.lib
         self._context = worker.context
+        self._unpacked: list[int] = []     # the keys ``unpack`` made
         params = ucp.MemMapParams(field_mask=ucp.MEM_MAP_PARAM_FIELD_ADDRESS | ucp.MEM_MAP_PARAM_FIELD_LENGTH,
                                   address=base, length=size)
         memh = ctypes.c_int64()
@@ -60,7 +62,6 @@ class HeapKeys:
             raise PgasError("pgas.init: " + "; ".join(failures))
         self.ranges = [(b, s) for _, b, s, _ in everyone]
         self._packed = [p for p, *_ in everyone]
-        self._unpacked: list[int] = []
 
     def unpack(self, endpoints: dict[int, int]) -> dict[int, int]:
         """PE -> its heap's key for the endpoint to it (``endpoints``: PE -> endpoint);
@@ -77,7 +78,7 @@ class HeapKeys:
 
     def close(self) -> None:
         """Destroy the unpacked keys and unregister the heap (before the worker goes)."""
-        for rkey in getattr(self, "_unpacked", ()):
+        for rkey in self._unpacked:
             self._lib.ucp_rkey_destroy(rkey)
         self._unpacked = []
         if self._memh:

@@ -32,8 +32,9 @@ from ._atomics import (AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_MLX5, AMO_OR, A
 
 __all__ = ["REQUEST_WORDS", "ANSWER_WORDS", "AM_REQUEST", "AM_ANSWER", "AM_BATCH", "AM_ANSWERS", "MAX_BATCH",
            "TARGET_WORDS", "RING_HEADER", "COLUMNS", "REQUEST_USER_BYTES", "EAGER_BYTES", "callbacks", "atomics",
-           "serve_heap", "reach_through", "wake_at", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS", "AMO_SWAP",
-           "AMO_AND", "AMO_OR", "AMO_XOR", "AMO_FETCH", "AMO_MLX5", "apply_atomic", "fence", "spin_lock", "spin_unlock"]
+           "serve_heap", "reach_through", "wake_at", "outside", "PUT", "PUT_INLINE", "GET", "AMO_ADD", "AMO_CAS",
+           "AMO_SWAP", "AMO_AND", "AMO_OR", "AMO_XOR", "AMO_FETCH", "AMO_MLX5", "apply_atomic", "fence", "spin_lock",
+           "spin_unlock"]
 
 AM_REQUEST, AM_ANSWER, AM_BATCH, AM_ANSWERS = 0x50, 0x51, 0x52, 0x53
 REQUEST_WORDS, ANSWER_WORDS = 10, 3
@@ -111,11 +112,17 @@ def _answer(state, reply_ep, ticket, syndrome, fetched, data, length):
 
 
 @njit(nogil=True, cache=True)
+def outside(base, heap_size, heap_rkey, rkey, raddr, nbytes):
+    """True when a request's bytes are not all in the heap [``base``, ``base + heap_size``),
+    or its rkey is not the heap's (the target's check, and the requester's before a
+    one-sided request: ``pgas.transport._ucx``)."""
+    return rkey != heap_rkey or nbytes < 0 or nbytes > heap_size or raddr < base or raddr - base > heap_size - nbytes
+
+
+@njit(nogil=True, cache=True)
 def _outside_heap(state, rkey, raddr, nbytes):
     """True when a request's bytes are not all in the heap, or its rkey is not the heap's."""
-    base, heap_size = state[T_BASE], state[T_SIZE]
-    return rkey != state[T_RKEY] or nbytes < 0 or nbytes > heap_size or raddr < base \
-        or raddr - base > heap_size - nbytes
+    return outside(state[T_BASE], state[T_SIZE], state[T_RKEY], rkey, raddr, nbytes)
 
 
 @njit(nogil=True, cache=True)

@@ -56,7 +56,8 @@ def _each_write_counts_at_the_right_neighbour(writes, one_sided=()) -> None:
         pgas.quiet()
         world().Barrier()
         after = _counted()
-        assert after != before or (name in one_sided and _one_sided_from(left)), f"{name} from PE {left} into PE {me}'s heap was not counted at its wake word"
+        assert after != before or (name in one_sided and _one_sided_from(left)), \
+            f"{name} from PE {left} into PE {me}'s heap was not counted at its wake word"
 
 
 @simulator_only(WHY)
