@@ -260,12 +260,14 @@ def test_pgas_info_under_pgasrun_shows_the_transport_between_every_pair(clean_sh
                                              ["2", far, far, "self", "p2p"], ["3", far, far, "p2p", "self"]]
 
 
-def test_pgas_info_names_the_ucx_transports_of_each_peer(clean_shm):
-    skip_on_cuda("the ucx engine is the simulator backend's")
-    proc = pgasrun(4, "pgas-info", options=["--pes-per-node", "2"], env={"PGAS_REMOTE_TRANSPORT": "ucx"})
+@pytest.mark.parametrize("transport", ["ucx", "ibgda"])
+def test_pgas_info_names_the_ucx_transports_of_each_peer(clean_shm, transport):
+    if transport == "ucx":
+        skip_on_cuda("the ucx engine is the simulator backend's")
+    proc = pgasrun(4, "pgas-info", options=["--pes-per-node", "2"], env={"PGAS_REMOTE_TRANSPORT": transport})
     assert proc.returncode == 0, proc.stderr
-    wires = [line for line in proc.stdout.split("UCX transports of the ucx engine's endpoints")[1].splitlines()[1:]
-             if line.startswith("  PE ")]
+    table = proc.stdout.split("UCX transports of the endpoints to PEs on other nodes")[1]
+    wires = [line for line in table.splitlines()[1:] if line.startswith("  PE ")]
     pairs = {tuple(int(w) for w in line.split(":")[0].replace("PE", "").split("->")): line.split(": ")[1]
              for line in wires}
     assert sorted(pairs) == [(0, 2), (0, 3), (1, 2), (1, 3), (2, 0), (2, 1), (3, 0), (3, 1)], proc.stdout

@@ -459,8 +459,8 @@ import pgas, pgas.device as dev
 from numba import cuda
 
 @cuda.jit
-def read_kernel(a, out, pe):
-    out[0] = dev.g(a, pe)
+def fetch_add_kernel(a, out, pe):
+    out[0] = dev.atomic_fetch_add(a, np.int64(1), pe)    # (an atomic needs the target's CPU; a get may not)
 
 pgas.init()
 me = pgas.my_pe()
@@ -472,7 +472,7 @@ if me == 2:
     os._exit(3)                                  # dies
 if me == 0:
     time.sleep(0.5)
-    read_kernel[1, 1](a, np.zeros(1, np.int64), 2)
+    fetch_add_kernel[1, 1](a, np.zeros(1, np.int64), 2)
 time.sleep(2)          # PE 1 enters its barrier late: PE 0's wait on PE 2 ends first
 pgas.barrier_all()
 """
@@ -489,11 +489,65 @@ def test_a_remote_peer_that_stops_or_dies_ends_the_run(tmp_path, clean_shm, how)
     assert proc.returncode != 0
     if how == "stops":
         # (a GPU thread waits for all its queue's requests, and its record says so)
-        assert re.search(r"waited PGAS_TIMEOUT=3 s for the NIC to complete the (get|requests) to PE 2", proc.stderr), \
+        assert re.search(r"waited PGAS_TIMEOUT=3 s for the NIC to complete the (atomic add|requests) to PE 2",
+                         proc.stderr), \
             proc.stderr
         assert "pgasrun: PE 0 raised PgasTimeoutError" in proc.stderr, proc.stderr
     else:
         assert "pgasrun: PE 2 exited with status 3" in proc.stderr, proc.stderr
+
+
+STOPPED_TARGET = r"""
+import os, signal, sys
+import numpy as np
+import pgas, pgas.device as dev
+from numba import cuda
+from mpi4py import MPI
+
+@cuda.jit
+def put_get_kernel(a, src, out, pe):
+    dev.put(a[8:16], src, pe)
+    dev.quiet()
+    for i in range(8):
+        out[i] = dev.g(a[8 + i:9 + i], pe)
+
+pgas.init()
+me = pgas.my_pe()
+pids = MPI.COMM_WORLD.allgather(os.getpid())
+a = pgas.zeros(16, np.int64)
+pgas.barrier_all()
+if me == 1:
+    os.kill(os.getpid(), signal.SIGSTOP)        # its CPU does nothing until PE 0 continues it
+else:
+    src = np.arange(8, dtype=np.int64) + 100
+    pgas.put(a[:8], src, 1)
+    pgas.quiet()
+    back = np.zeros(8, np.int64)
+    pgas.get(back, a[:8], 1)
+    out = np.zeros(8, np.int64)
+    put_get_kernel[1, 1](a, src + 100, out, 1)
+    os.kill(pids[1], signal.SIGCONT)
+    print("host", back.tolist(), "device", out.tolist(), flush=True)
+pgas.barrier_all()
+if me == 1:
+    print("heap", a.copy_to_host().tolist(), flush=True)
+pgas.finalize()
+"""
+
+
+@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx"])
+def test_one_sided_puts_and_gets_reach_a_stopped_peer(tmp_path, clean_shm, transport):
+    """Between nodes over UCX, puts (of more than 8 bytes) and gets are one-sided: they
+    complete while the target PE is stopped (SIGSTOP), its CPU doing nothing, from the
+    host and from a device thread (the WQEs of the ibgda and proxy paths alike)."""
+    skip_on_cuda("the simulator's heaps are the ones registered for one-sided access")
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED_TARGET)
+    proc = pgasrun(2, "python", str(script), options=["--pes-per-node", "1"],
+                   env={"PGAS_TIMEOUT": "20", "PGAS_REMOTE_TRANSPORT": transport}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"host {list(range(100, 108))} device {list(range(200, 208))}" in proc.stdout, proc.stdout
+    assert f"heap {list(range(100, 108)) + list(range(200, 208))}" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx", "ibgda+mpi", "proxy+mpi"])

@@ -37,8 +37,10 @@ def info() -> dict:
 
 def _ucx_transports(rt) -> dict[int, str]:
     """PE -> the UCX transports that reach it from this PE ("tcp/eth0 cma/memory"), for
-    the PEs the ucx engine reaches (empty when it is not in use)."""
-    engine = rt.transports.engines.get("ucx")
+    the PEs reached over UCX (the ucx engine, or the native NIC of the ibgda and proxy
+    paths); empty when neither is in use."""
+    transports = rt.transports
+    engine = transports.engines.get("ucx") if transports.remote_transport == "ucx" else transports.native
     return {} if engine is None else engine.transports()
 
 
@@ -58,7 +60,8 @@ def _transport_table() -> str | None:
     lines = [f"{pe:>10} " + "".join(f"{kind:>{width}}" for kind in row) for pe, (row, _) in enumerate(rows)]
     wires = [f"  PE {pe} -> PE {peer}: {lanes}" for pe, (_, ucx) in enumerate(rows) for peer, lanes in ucx.items()]
     if wires:
-        wires.insert(0, "UCX transports of the ucx engine's endpoints (one-sided puts and gets take its RMA lanes):")
+        wires.insert(0, "UCX transports of the endpoints to PEs on other nodes (one-sided puts and gets take their "
+                        "RMA lanes):")
     return "\n".join(["transport from each PE to each PE:", header, *lines, *wires])
 
 

@@ -9,6 +9,17 @@ memory nobody registered is refused, nothing sent), turn it into the wire's requ
 (``pgas.wire._target``: the same target checks the rkey and bounds and applies it on the
 peer, as for the ucx engine) and send it; small ones (inline writes of up to 8 bytes,
 atomics) go 16 to one message.
+
+Where the peer's heap is registered for one-sided access (``_rma``: the simulator's host
+heaps), reads and writes of more than 8 bytes do not go to the peer's target at all:
+they are checked here against its heap (range and key: a refusal never reaches the wire)
+and posted with ``ucp_get_nbx``/``ucp_put_nbx``, as a NIC's RDMA engine executes them. A
+read is complete when its data has landed; writes once a ``ucp_ep_flush_nbx`` after them
+completes (one per doorbell's worth of writes: a write's CQE means it has landed at the
+peer, as on an RC queue pair). Atomics, and inline writes of up to 8 bytes (flags: they
+wake a peer waiting for them), stay messages to the target. A queue's order is kept: a
+message or read after one-sided writes waits for their flush, a one-sided request after
+messages for their answers (``Q_FENCE``).
 The answers land in native handlers that run wherever the worker is progressed (its
 progress thread, or a waiting thread): a read's data at its local address, a fetched
 value in network byte order at its cell, as ConnectX writes them; then, in WQE order,
@@ -27,7 +38,7 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
-from numba import njit, types
+from numba import carray, njit, types
 
 from ..core.native import _wake_words as wake_words
 from ..core.native._llvm import built_once
@@ -46,10 +57,11 @@ DEPTH = SQ_DEPTH
 # how many times CQEs were written, whether the progress thread is awake (it then sends
 # what a doorbell announces), whether a doorbell rang for it (or a fence was lifted), how
 # many queues' posters cannot ring (GPU threads: their rung words are polled), the PE's
-# word for answers (``core.native._wake_words``: counted when they land; 0: none)
+# word for answers (``core.native._wake_words``: counted when they land; 0: none); the
+# parameters of one-sided reads, of the flushes after writes, and of the writes
 G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS, G_PENDING, G_SEND_LOCK, G_QUEUES, G_COMPLETIONS, \
-    G_AWAKE, G_RUNG, G_POLLED, G_WAKE = range(12)
-G_HEADER = 12                                    # a request being sent
+    G_AWAKE, G_RUNG, G_POLLED, G_WAKE, G_READ_PARAMS, G_FLUSH_PARAMS, G_WRITE_PARAMS = range(15)
+G_HEADER = 15                                    # a request being sent
 G_BATCH = G_HEADER + target.REQUEST_WORDS       # the requests being batched
 G_COUNT = G_BATCH + target.MAX_BATCH * target.REQUEST_WORDS    # how many
 GLOBAL_WORDS = G_COUNT + 1
@@ -59,16 +71,24 @@ GLOBAL_WORDS = G_COUNT + 1
 # CQE bytes, whether the CQ is collapsed, the WQE whose data may land after later requests
 # (its first block + 1; 0: none): nothing more is sent until it is done, then whether its
 # fence was lifted (the queue is to be looked at again), whether its posters cannot ring
-# (GPU threads: the progress thread reads its rung word)
+# (GPU threads: the progress thread reads its rung word); one-sided access: UCX's key to
+# the peer's heap (0: none), the heap's address, size and key (the NIC's), the newest
+# one-sided write that may not be done (its first block + 1; 0: none), the newest that a
+# flush was posted after (likewise), the newest message whose answer a one-sided request
+# must wait for (likewise)
 Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_READ, Q_DONE, Q_CQES, Q_DONE_LOCK, Q_SCRATCH, \
-    Q_COLLAPSED, Q_FENCE, Q_LIFTED, Q_POLLED = range(16)
-QUEUE_WORDS = 16
+    Q_COLLAPSED, Q_FENCE, Q_LIFTED, Q_POLLED, Q_RMA_KEY, Q_HEAP_BASE, Q_HEAP_SIZE, Q_HEAP_KEY, Q_WRITTEN, \
+    Q_FLUSHED, Q_LAST_SENT = range(23)
+QUEUE_WORDS = 23
 # a WQE in flight, at the block it starts: done mark (its first block + 1), syndrome,
 # local address, atomic size, the next WQE's first block, its WQE index (bits 0-15),
 # whether it is signalled (bit 16) and its byte count (from bit 17), the window through
 # which its local memory is reached (0: host memory), a host buffer its data goes through
-# (GPU memory; freed when it completes), inline bytes
-F_DONE, F_SYNDROME, F_LADDR, F_SIZE, F_NEXT, F_INDEX, F_WINDOW, F_BUFFER, F_DATA = range(9)
+# (GPU memory; freed when it completes), whether it is a one-sided write waiting for a
+# flush, the user data of its one-sided request's completion (the table's address, its
+# ticket), inline bytes
+F_DONE, F_SYNDROME, F_LADDR, F_SIZE, F_NEXT, F_INDEX, F_WINDOW, F_BUFFER, F_UNFLUSHED, F_TABLE, F_TICKET, \
+    F_DATA = range(12)
 FLIGHT_WORDS = F_DATA + (mlx5.MAX_INLINE + 7) // 8
 QUEUES_AT = GLOBAL_WORDS
 FLIGHTS_AT = QUEUES_AT + MAX_QUEUES * QUEUE_WORDS
@@ -77,7 +97,9 @@ TICKET_SHIFT = 40
 _START_MASK = (1 << TICKET_SHIFT) - 1
 _LOCAL_PROT, _INVALID, _UNREACHED = mlx5.SYNDROME_LOCAL_PROT, mlx5.SYNDROME_REMOTE_INVALID, mlx5.SYNDROME_TRANSPORT
 _LOCAL_COPY = mlx5.SYNDROME_LOCAL_OP
+_REMOTE_ACCESS = mlx5.SYNDROME_REMOTE_ACCESS
 _CQE_ERR, _CQE_REQ = mlx5.CQE_REQ_ERR << 4, mlx5.CQE_REQ << 4
+_USER_DATA_WORD = ucp.RequestParams.user_data.offset // 8     # in a ucp_request_param_t
 _INLINE_AT = mlx5.WQE_FIELDS.fields["inline_data"][1]
 
 # decode_wqes(sq, depth, index, blocks, out) -> rows: the NIC's decoder (``_wqe_code``),
@@ -266,14 +288,127 @@ def land(table, ticket, syndrome, fetched):
     _free_buffer(table, f)
     _finish(table, q, start, syndrome)
     complete(table, q)
+    _lift_fence(table, q)
+
+
+@njit(nogil=True, cache=True)
+def _lift_fence(table, q):
+    """If what queue ``q``'s fence waits for is done (data that could be overtaken has
+    landed, an answer a one-sided request waits for has come), lift it: the queue is
+    looked at again."""
     row = row_of(q)
-    if table[row + Q_FENCE] == start + 1:   # the data that could overtake has landed: send what waits
+    fence = table[row + Q_FENCE]
+    if fence != 0 and table[_flight(q, fence - 1) + F_DONE] >= fence:
         table[row + Q_FENCE] = 0
         table[row + Q_LIFTED] = 1
         table[G_RUNG] = 1
         target.fence()
         if table[G_AWAKE] == 0:
             _native.ucp_worker_signal(table[G_WORKER])     # the progress thread sleeps: wake it
+
+
+@njit(nogil=True, cache=True)
+def _fenced(table, q, start):
+    """Fence queue ``q`` on its WQE ``start`` (a drain stops before the WQE that must wait
+    for it); False, and no fence, when that WQE is done already. Set before the look, so
+    that a completion landing meanwhile lifts it (``_lift_fence``)."""
+    row = row_of(q)
+    table[row + Q_FENCE] = start + 1
+    target.fence()
+    if table[_flight(q, start) + F_DONE] > start:
+        table[row + Q_FENCE] = 0
+        return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def _user_data(table, which, f, q, start):
+    """The parameters at global word ``which``, their user data naming WQE ``start`` of
+    queue ``q`` (its flight's cell: the table's address, its ticket); the caller holds the
+    send lock, as every user of these parameters does."""
+    table[f + F_TABLE], table[f + F_TICKET] = table.ctypes.data, (q << TICKET_SHIFT) | start
+    params = table[which]
+    carray(window.words_at(params), (_USER_DATA_WORD + 1,))[_USER_DATA_WORD] = table.ctypes.data + 8 * (f + F_TABLE)
+    return params
+
+
+@njit(nogil=True, cache=True)
+def flushed(table, q, last, status):
+    """The flush after queue ``q``'s one-sided writes up to WQE ``last`` completed
+    (``status``: UCX's; not 0, the wire failed them): those writes are done."""
+    row = row_of(q)
+    syndrome = _UNREACHED if status != 0 else 0
+    _lock(table, row + Q_DONE_LOCK)
+    if table[_flight(q, last) + F_DONE] <= last:     # (a later flush may have done them)
+        position = table[row + Q_DONE]
+        while True:
+            f = _flight(q, position)
+            if table[f + F_UNFLUSHED] != 0:
+                table[f + F_UNFLUSHED] = 0
+                _finish(table, q, position, syndrome)
+            if position == last:
+                break
+            position = table[f + F_NEXT]
+    _unlock(table, row + Q_DONE_LOCK)
+    complete(table, q)
+    _lift_fence(table, q)
+
+
+@njit(nogil=True, cache=True)
+def _flush_writes(table, q):
+    """``ucp_ep_flush_nbx`` after queue ``q``'s one-sided writes that no flush follows yet,
+    if any (they are done when it completes: ``flushed``). The newest one-sided write that
+    may not be done yet, or -1."""
+    row = row_of(q)
+    last = table[row + Q_WRITTEN] - 1
+    if table[row + Q_WRITTEN] > table[row + Q_FLUSHED]:
+        table[row + Q_FLUSHED] = table[row + Q_WRITTEN]
+        params = _user_data(table, G_FLUSH_PARAMS, _flight(q, last), q, last)
+        request = _native.ucp_ep_flush_nbx(table[row + Q_ENDPOINT], params)
+        if request <= 0:
+            flushed(table, q, last, request)
+    return last
+
+
+@njit(nogil=True, cache=True)
+def _after_writes(table, q):
+    """Before a message or read on queue ``q``: its one-sided writes ahead flushed; True
+    when they are not done yet (the queue is then fenced on the newest: ``_fenced``)."""
+    last = _flush_writes(table, q)
+    if last < 0:
+        return False
+    if _fenced(table, q, last):
+        return True
+    row = row_of(q)
+    table[row + Q_WRITTEN], table[row + Q_FLUSHED] = 0, 0
+    return False
+
+
+@njit(nogil=True, cache=True)
+def _one_sided(table, q, f, start, op, rkey, raddr, nbytes, data):
+    """WQE ``start`` of queue ``q`` (flight ``f``) as a one-sided read into ``data`` or
+    write of ``data``, checked first against the peer's heap (nothing outside it, or
+    under another key, reaches the wire: refused as the target would)."""
+    row = row_of(q)
+    if target.outside(table[row + Q_HEAP_BASE], table[row + Q_HEAP_SIZE], table[row + Q_HEAP_KEY], rkey, raddr,
+                      nbytes):
+        _finish(table, q, start, _REMOTE_ACCESS)
+        return
+    endpoint, key = table[row + Q_ENDPOINT], table[row + Q_RMA_KEY]
+    if op == target.GET:
+        request = _native.ucp_get_nbx(endpoint, data, nbytes, raddr, key, _user_data(table, G_READ_PARAMS, f, q,
+                                                                                      start))
+        if request <= 0:        # (else its completion lands it: ``on_read``)
+            _finish(table, q, start, _UNREACHED if request < 0 else 0)
+        return
+    request = _native.ucp_put_nbx(endpoint, data, nbytes, raddr, key, table[G_WRITE_PARAMS])
+    if request < 0:
+        _finish(table, q, start, _UNREACHED)
+        return
+    if request > 0:
+        _native.ucp_request_free(request)   # (UCX completes it; the flush after it waits for it)
+    table[f + F_UNFLUSHED] = 1
+    table[row + Q_WRITTEN] = start + 1
 
 
 @njit(nogil=True, cache=True)
@@ -306,6 +441,7 @@ def drain(table, q, keys, wqes):
     ``wqes``: room to decode a queue's worth). How many WQEs it read."""
     row = row_of(q)
     _lock(table, G_SEND_LOCK)
+    done_before = table[row + Q_DONE]
     table[row + Q_LIFTED] = 0
     if table[row + Q_RUNG] != 0:     # cleared before the doorbell record is read: a post after it rings again
         target.apply_atomic(target.AMO_SWAP, 8, table[row + Q_RUNG], 0, 0)
@@ -318,19 +454,41 @@ def drain(table, q, keys, wqes):
     for i in range(rows):
         w = wqes[i]
         start = read
-        read += 2 if w.ds * 16 > mlx5.BB else 1
         size, nbytes, laddr = np.int64(w.size), np.int64(w.length), np.int64(w.laddr)
-        f = _flight(q, start)
-        table[f + F_NEXT], table[f + F_LADDR], table[f + F_SIZE] = read, laddr, size
-        table[f + F_INDEX] = np.int64(w.index) | (np.int64(w.signaled) << 16) | (nbytes << 17)
         o2, o3 = np.int64(w.operands[2]), np.int64(w.operands[3])
         op, value, compare = wire_request(w.opcode, size, w.inline, np.int64(w.operands[0]), np.int64(w.operands[1]),
                                           o2, o3)
         through = 0 if w.inline or nbytes == 0 else _window_of(keys, np.int64(w.lkey), laddr, nbytes)
-        table[f + F_WINDOW], table[f + F_BUFFER] = through, 0
-        if op < 0 or through < 0:
+        valid = op >= 0 and through >= 0
+        one_sided = valid and table[row + Q_RMA_KEY] != 0 and through == 0 and (
+            op == target.GET or op == target.PUT or (op == target.PUT_INLINE and nbytes > 8))
+        if one_sided:       # after the messages ahead (and a read after the writes ahead)
+            if op == target.GET and _after_writes(table, q):
+                break
+            if table[row + Q_LAST_SENT] != 0:
+                _send_batch(table, q)
+                if _fenced(table, q, table[row + Q_LAST_SENT] - 1):
+                    break
+                table[row + Q_LAST_SENT] = 0
+        elif valid and _after_writes(table, q):     # a message: after the one-sided writes ahead
+            break
+        read += 2 if w.ds * 16 > mlx5.BB else 1
+        f = _flight(q, start)
+        table[f + F_NEXT], table[f + F_LADDR], table[f + F_SIZE] = read, laddr, size
+        table[f + F_INDEX] = np.int64(w.index) | (np.int64(w.signaled) << 16) | (nbytes << 17)
+        table[f + F_WINDOW], table[f + F_BUFFER], table[f + F_UNFLUSHED] = through, 0, 0
+        if not valid:
             _finish(table, q, start, _INVALID if op < 0 else _LOCAL_PROT)
             continue
+        inline = wqes.ctypes.data + i * wqes.strides[0] + _INLINE_AT
+        if one_sided:
+            data = laddr
+            if op == target.PUT_INLINE:     # its bytes kept with the flight until it is flushed
+                data = table.ctypes.data + 8 * (f + F_DATA)
+                _native.memcpy(data, inline, nbytes)
+            _one_sided(table, q, f, start, op, np.int64(w.rkey), np.int64(w.raddr), nbytes, data)
+            continue
+        table[row + Q_LAST_SENT] = start + 1
         small = op != target.GET and op != target.PUT and nbytes <= 8
         if not small:
             _send_batch(table, q)       # the requests before it go first
@@ -341,7 +499,6 @@ def drain(table, q, keys, wqes):
         table[at + target.H_RKEY], table[at + target.H_RADDR], table[at + target.H_NBYTES] = np.int64(w.rkey), \
             np.int64(w.raddr), nbytes
         table[at + target.H_VALUE], table[at + target.H_COMPARE] = value, compare
-        inline = wqes.ctypes.data + i * wqes.strides[0] + _INLINE_AT
         if small:
             if op == target.PUT_INLINE:
                 _native.memcpy(table.ctypes.data + 8 * (at + target.H_VALUE), inline, nbytes)
@@ -374,9 +531,12 @@ def drain(table, q, keys, wqes):
         elif large:
             break                       # the WQEs after it are read again when it is done
     _send_batch(table, q)
+    _flush_writes(table, q)
     table[row + Q_READ] = read
     _unlock(table, G_SEND_LOCK)
-    complete(table, q)          # those refused here (the others complete as their answers land)
+    complete(table, q)          # those refused or done here (the others complete as their answers land)
+    if table[row + Q_DONE] != done_before:
+        target.wake_at(table[G_WAKE])     # (a thread may nap waiting for them)
     return rows
 
 
@@ -482,8 +642,9 @@ symbols = built_once(_register)      # what ``drain`` (and so the progress threa
 
 
 def _build():
-    """(on_answer, on_answers, on_get_received): the answers' handlers, compiled (or
-    loaded from numba's cache) once the symbols they call (and ``drain``'s) are registered."""
+    """(on_answer, on_answers, on_get_received, on_read, on_flushed): the answers'
+    handlers and the completions of one-sided reads and flushes, compiled (or loaded from
+    numba's cache) once the symbols they call (and ``drain``'s) are registered."""
     from numba import carray, cfunc
 
     symbols()
@@ -536,7 +697,22 @@ def _build():
         land(table, ticket, _INVALID if status != 0 else _from_buffer(table, f, length), 0)
         target.wake_at(table[G_WAKE])
 
-    return on_answer, on_answers, on_get_received
+    @cfunc(target.SENT, nopython=True, cache=True)
+    def on_read(request, status, cell):
+        table = carray(window.words_at(cell[0]), (TABLE_WORDS,))
+        land(table, cell[1], _UNREACHED if status != 0 else 0, 0)
+        target.wake_at(table[G_WAKE])
+        _native.ucp_request_free(request)
+
+    @cfunc(target.SENT, nopython=True, cache=True)
+    def on_flushed(request, status, cell):
+        table = carray(window.words_at(cell[0]), (TABLE_WORDS,))
+        ticket = cell[1]
+        flushed(table, ticket >> TICKET_SHIFT, ticket & _START_MASK, status)
+        target.wake_at(table[G_WAKE])
+        _native.ucp_request_free(request)
+
+    return on_answer, on_answers, on_get_received, on_read, on_flushed
 
 
 callbacks = built_once(_build)

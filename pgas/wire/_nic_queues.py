@@ -8,10 +8,11 @@ import numpy as np
 from ..core._errors import PgasError
 from ..core._waiting import precise_sleeps
 from ..nic import _mlx5 as mlx5
-from . import _batch as batch, _nic_code as code, _target as target, _ucp as ucp
-from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_POLLED, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_WAKE, G_WORKER,
-                        G_QUEUES, DEPTH, MAX_QUEUES, Q_CQ, Q_CQES, Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ,
-                        Q_POLLED, Q_QPN, Q_RUNG, Q_SQ, TABLE_WORDS)
+from . import _batch as batch, _nic_code as code, _rma as rma, _target as target, _ucp as ucp
+from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_FLUSH_PARAMS, G_POLLED, G_READ_PARAMS, G_RECEIVE_PARAMS,
+                        G_SEND_PARAMS, G_WAKE, G_WORKER, G_WRITE_PARAMS, G_QUEUES, DEPTH, MAX_QUEUES, Q_CQ, Q_CQES,
+                        Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ, Q_HEAP_BASE, Q_HEAP_KEY, Q_HEAP_SIZE,
+                        Q_POLLED, Q_QPN, Q_RMA_KEY, Q_RUNG, Q_SQ, TABLE_WORDS)
 from ._worker import Worker
 
 __all__ = ["NicQueues"]
@@ -21,8 +22,10 @@ class NicQueues:
     """The native NIC of one PE for the queue pairs ``add``ed to it (the GPU-initiated
     path's and the proxy's), on a UCX worker of its own that also serves this PE's heap to
     its peers. ``nic`` (``pgas.nic.Nic``) gives the peers, their heaps and the local keys;
-    ``heap_region`` is this PE's heap as registered there. A heap in GPU memory (the cuda
-    backend: no ``view``) is refused to the peers until ``reach_heap`` gives its window.
+    ``heap_region`` is this PE's heap as registered there. A heap in host memory (the
+    simulator's) is also registered with UCX, and the peers' reached one-sided
+    (``_rma.HeapKeys``; collective); a heap in GPU memory (the cuda backend: no ``view``)
+    is refused to the peers until ``reach_heap`` gives its window, and reached by messages.
     ``wake``, ``answers``: the addresses of this PE's wake words (``core.native._wake_words``; 0:
     none): the target counts its writes into the heap at the first, the answers' handlers
     at the second."""
@@ -32,10 +35,18 @@ class NicQueues:
         from ._worker import serve
         wire_cache.drop_if_stale((code.drain, code.ring, code.post_and_ring, code.land, code.progress_until,
                                   serve))   # first
-        on_answer, on_answers, on_get_received = code.callbacks()
+        on_answer, on_answers, on_get_received, on_read, on_flushed = code.callbacks()
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.nic = nic
-        self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES)
+        one_sided = heap_region.view is not None
+        self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES, rma=one_sided)
+        try:
+            self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base,
+                                      heap_region.size) if one_sided else None
+        except BaseException:
+            self.worker.close()
+            raise
+        self._rma_keys: dict[int, int] = {}     # endpoint -> UCX's key to its peer's heap
         self._heap_region = heap_region
         self._target = target.serve_heap(self.worker, heap_region.base,
                                          heap_region.size if heap_region.view is not None else 0, heap_region.rkey,
@@ -45,9 +56,15 @@ class NicQueues:
         self._send_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
         self._eager_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER
                                                 | ucp.AM_SEND_FLAG_EAGER)
-        self.table[[G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS, G_WAKE]] = (
+        # one-sided requests: a read's and a flush's completion (user data: the WQE's flight), a write's none
+        self._read_params = ucp.request_params(0, on_read, self.table)
+        self._flush_params = ucp.request_params(0, on_flushed, self.table)
+        self._write_params = ucp.request_params(0)
+        self.table[[G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS, G_WAKE, G_READ_PARAMS, G_FLUSH_PARAMS,
+                    G_WRITE_PARAMS]] = (
             self.worker.handle, self._receive_params.ctypes.data, self._send_params.ctypes.data,
-            self._eager_params.ctypes.data, answers)
+            self._eager_params.ctypes.data, answers, self._read_params.ctypes.data, self._flush_params.ctypes.data,
+            self._write_params.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWER, on_answer, self.table.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWERS, on_answers, self.table.ctypes.data)
         self._wqes = np.zeros(DEPTH, mlx5.WQE_FIELDS)
@@ -90,11 +107,25 @@ class NicQueues:
         self.table[self._row(q) + np.array([Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_COLLAPSED])] = (
             address(qp.sq), address(qp.dbr), rung_at, address(qp.cq), address(qp.err_cq), qp.qpn, endpoint,
             int(qp.collapsed))
+        if self._keys is not None:      # the peer's heap, reached one-sided
+            base, size = self._keys.ranges[qp.peer]
+            self.table[self._row(q) + np.array([Q_RMA_KEY, Q_HEAP_BASE, Q_HEAP_SIZE, Q_HEAP_KEY])] = (
+                self._rma_key(qp.peer, endpoint), base, size, self.nic.remote[qp.peer].rkey)
         if polled:
             self.table[self._row(q) + Q_POLLED] = 1
             self.table[G_POLLED] += 1
         self.table[G_QUEUES] = self._queues
         return q
+
+    def _rma_key(self, pe: int, endpoint: int) -> int:
+        """UCX's key to PE ``pe``'s heap for ``endpoint`` (unpacked once per endpoint)."""
+        if endpoint not in self._rma_keys:
+            self._rma_keys[endpoint] = self._keys.unpack({pe: endpoint})[pe]
+        return self._rma_keys[endpoint]
+
+    def transports(self) -> dict[int, str]:
+        """PE -> the UCX transports of the endpoint to it (``_rma.transports``)."""
+        return {pe: rma.transports(self.worker.lib, endpoint) for pe, endpoint in self.worker.endpoints.items()}
 
     def poster(self, post_address: int):
         """``post(q, descriptor, kind, opcode, raddr, rkey, lkey, laddr, nbytes, a0, a1, a2,
@@ -126,5 +157,8 @@ class NicQueues:
                                    self._wqes, word, floor, spins)
 
     def close(self) -> None:
-        """After every PE is done with this one (a barrier): the worker, its thread, its endpoints."""
+        """After every PE is done with this one (a barrier): the worker, its thread, its
+        endpoints, and the heap's registration."""
+        if self._keys is not None:
+            self._keys.close()
         self.worker.close()

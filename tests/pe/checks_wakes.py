@@ -3,9 +3,10 @@ through any remote engine, is counted at that PE's wake word, which its waiting 
 sleep on (pgas/core/native/_wake_words.py). A write path that did not count would leave a waiter
 asleep until its sleep times out (correct, but slow): these checks find such a path.
 
-Except one-sided writes: the ucx engine's puts and gets reach another node's heap without
-its CPU (docs/transports.md, "One-sided access"), so nobody there counts them; its waiters
-see them at their next look, as NVSHMEM's see a NIC's writes."""
+Except one-sided writes: to another node over UCX (the ucx engine, and the native NIC
+that executes the ibgda and proxy paths' WQEs) puts of more than 8 bytes reach the heap
+without its CPU (docs/transports.md, "One-sided access"), so nobody there counts them;
+its waiters see them at their next look, as NVSHMEM's see a NIC's writes."""
 import numpy as np
 from numba import cuda
 
@@ -39,8 +40,9 @@ def _counted() -> int:
 
 
 def _one_sided_from(pe: int) -> bool:
-    """Do PE ``pe``'s puts to this PE go one-sided (the ucx engine, another node)?"""
-    return pgas.info()["transports"][pe] == "ucx"
+    """Do PE ``pe``'s puts to this PE go one-sided (another node, reached over UCX; as
+    this PE reaches it, every PE being set up alike)?"""
+    return pe in pgas.info()["ucx_transports"]
 
 
 def _each_write_counts_at_the_right_neighbour(writes, one_sided=()) -> None:
