@@ -1,7 +1,8 @@
-"""Wake words (pgas/core/native/_wake_words.py): a waiting thread sleeps on its PE's word and a
-write counted there ends the sleep; a wait (core._waiting.Wait) sleeps on it, and after a
-write that did not end the wait it sleeps once plainly. The PE checks (tests/pe/checks_wakes.py)
-show that every write path counts."""
+"""Wake words (pgas/core/native/_wake_words.py): a waiting thread sets its PE's word's flag and
+sleeps on its count; a write bumps the count (and ends the sleep) only while the flag is
+set; a wait (core._waiting.Wait) sets the flag, checks once more, then sleeps on the word,
+and after a write that did not end the wait it sleeps once plainly. The PE checks
+(tests/pe/checks_wakes.py) show that every write path wakes."""
 import threading
 import time
 
@@ -21,21 +22,35 @@ def _word():
     return memory, _wake_words.WakeWords([memory.ctypes.data], 0), _wake_words.Sleeper(memory.ctypes.data)
 
 
+def test_a_write_bumps_the_count_only_when_the_flag_is_set_and_clears_it():
+    memory, words, sleeper = _word()
+    words.wake(0)
+    assert sleeper.count() == 0 and memory[1] == 0          # nobody armed: nothing but a look
+    sleeper.arm()
+    assert memory[1] == 1 and words.armed[0][1] == 1
+    words.wake(0)
+    assert sleeper.count() == 1 and memory[1] == 0
+    words.wake(0)
+    assert sleeper.count() == 1
+
+
 def test_a_sleep_on_a_wake_word_ends_at_a_write_counted_there():
     memory, words, sleeper = _word()
     seen = sleeper.count()
+    sleeper.arm()
     writer = threading.Timer(0.2, words.wake, (0,))
     writer.start()
     started = time.monotonic()
     sleeper.sleep(seen, LONG_S)
     writer.join()
     assert time.monotonic() - started < LONG_S / 2
-    assert sleeper.count() == seen + 1 and memory[1] == 0      # counted; nobody sleeps now
+    assert sleeper.count() == seen + 1 and memory[1] == 0      # counted; the flag cleared
 
 
 def test_a_sleep_ends_at_once_when_a_write_came_after_the_count_was_read():
     _, words, sleeper = _word()
     seen = sleeper.count()
+    sleeper.arm()
     words.wake(0)
     started = time.monotonic()
     sleeper.sleep(seen, LONG_S)
@@ -59,17 +74,21 @@ def test_a_wait_sleeps_until_a_write_then_once_plainly_after_one_that_did_not_en
     monkeypatch.setattr(_waiting.time, "sleep", lambda seconds: (plain.append(seconds), real_sleep(seconds)))
     clock = _waiting.Wait("test", timeout=60.0, backoff_s=LONG_S)
     clock._nap = LONG_S / 2             # (as if it had backed off that far: the next sleep is LONG_S)
+    started = time.monotonic()
+    clock.pause("a flag")               # only sets the flag: the caller checks once more
+    assert memory[1] == 1 and time.monotonic() - started < 1 and clock._nap == LONG_S / 2
     writer = threading.Timer(0.2, words.wake, (0,))
     writer.start()
-    started = time.monotonic()
     clock.pause("a flag")               # ends at the write
     writer.join()
     assert time.monotonic() - started < LONG_S / 2 and plain == []
     clock._sleep = 0.01
     clock.pause("a flag")               # the write did not end the wait: a plain sleep now
     assert plain == [0.01]
+    answers[2].arm()
     answers[1].wake(0)                  # answers do not end a wait for the heap's words
     clock._nap = 0.1                    # (the next sleep on the word: 0.2 s)
+    clock.pause("a flag")               # (the flag set again, for the count it now sees)
     started = time.monotonic()
     clock.pause("a flag")
     assert time.monotonic() - started >= 0.15 and len(plain) == 1
@@ -82,6 +101,10 @@ def test_a_nap_for_an_answer_ends_when_answers_land_not_at_writes_into_the_heap(
     naps = _waiting.Naps(lambda pause: LONG_S)
     naps.pause = 0.2
     naps.look()
+    naps.nap()                          # only sets the flag of the word for answers
+    assert answers[0][1] == 1 and heap[0][1] == 0 and naps.pause == 0.2
+    naps.look()
+    heap[2].arm()
     heap[1].wake(0)
     started = time.monotonic()
     naps.nap()
@@ -106,6 +129,6 @@ def test_the_sleeps_of_a_wait_on_the_wake_word_start_at_its_first_nap_and_double
     monkeypatch.setattr(_waiting, "_sleeper", sleeper)
     monkeypatch.setattr(_waiting, "_first_nap_s", _waiting.LONG_FIRST_NAP_S)
     clock = _waiting.Wait("test", timeout=60.0, backoff_s=100e-6)
-    for _ in range(5):
-        clock.pause("a flag")
+    for _ in range(6):
+        clock.pause("a flag")           # (the first only sets the flag)
     assert naps == [30e-6, 60e-6, 100e-6, 100e-6, 100e-6]

@@ -49,25 +49,35 @@ def sleep_on(heap, answers, first_nap_s: float = SHORT_FIRST_NAP_S) -> None:
 
 class _OnWord:
     """One wait's sleeps on a wake word (a ``_wake_words.Sleeper``): ``look()`` before each
-    check of what is waited for; ``sleep(seconds, plain)`` then sleeps until the word counts
-    past that look (at most ``seconds``). After a sleep that a count ended (the caller
-    sleeps again: the count was someone else's), or for no time, it sleeps ``plain`` seconds
-    without the word, so that a stream of counts for others does not keep the waiter awake
-    (many threads waiting at once would otherwise all wake at each)."""
+    check of what is waited for; ``sleep(seconds, plain)`` then sleeps until the word's
+    count moves from that look (at most ``seconds``). Writers bump the count only once a
+    sleeper has set the word's flag, so the first ``sleep`` after a look whose count it has
+    not armed for sets the flag and returns at once: the caller checks once more (a write
+    before the flag was set is seen then, one after it ends the sleep). After a sleep that
+    a count ended (the caller sleeps again: the count was someone else's), or for no time,
+    it sleeps ``plain`` seconds without the word, so that a stream of counts for others
+    does not keep the waiter awake (many threads waiting at once would otherwise all wake
+    at each)."""
 
     def __init__(self, word):
-        self.word, self.seen, self.woken = word, 0, False
+        self.word, self.seen, self.woken, self.armed_at = word, 0, False, None
 
     def look(self) -> None:
         self.seen = self.word.count()
 
-    def sleep(self, seconds: float, plain: float) -> None:
+    def sleep(self, seconds: float, plain: float) -> bool:
+        """False when it only set the flag (no sleep yet: check again first)."""
         if self.woken or seconds <= 0:
             time.sleep(plain)
             self.woken = False
+        elif self.armed_at != self.seen:
+            self.word.arm()
+            self.armed_at = self.seen
+            return False
         else:
             self.word.sleep(self.seen, seconds)
             self.woken = self.word.count() != self.seen
+        return True
 
 
 class Naps:
@@ -91,8 +101,8 @@ class Naps:
         seconds = min(self.pause, longest)
         if self._answers is None:
             time.sleep(seconds)
-        else:
-            self._answers.sleep(seconds, seconds)
+        elif not self._answers.sleep(seconds, seconds):
+            return          # (the flag set: the caller looks again, then naps)
         self.pause = self._next_pause(self.pause)
 
 
@@ -163,9 +173,13 @@ class Wait:
         # let whoever we wait for run (a simulated thread, or a peer on this core)
         heap = self._heap
         if heap is not None and self.backoff_s:
+            nap = self._nap
             if not heap.woken:          # (the sleeps on the word grow; a plain one uses _sleep)
                 self._nap = min(2 * self._nap, self.backoff_s) if self._nap else min(_first_nap_s, self.backoff_s)
-            heap.sleep(self._nap, self._sleep)
+            if not heap.sleep(self._nap, self._sleep):
+                self._nap = nap         # only the flag set: that sleep comes after one more check
+                heap.look()
+                return
         else:
             time.sleep(self._sleep)
         if heap is not None:

@@ -39,8 +39,11 @@ class DirectCopies:
         # remote(pe, offset, local, to_peer): the same copy with a PE on another node, done
         # at once by its engine when that engine has a fast path (then True)
         self._remote = remote
-        # wakes(pe) after a put into PE pe's heap (``core.native._wake_words.WakeWords.wake``), or None
-        self._wakes = None if wakes is None else wakes.wake
+        # the PEs' wake words (``core.native._wake_words.WakeWords``), or None: after a put into
+        # PE pe's heap, its word is woken if its flag says a thread may sleep on it (a look
+        # from here costs a tenth of the call)
+        self._wake_words = wakes
+        self._armed = None if wakes is None else wakes.armed
         # each PE's heap as a char pointer, None where not mapped (the heap keeps the mappings)
         self._peers = [None if base is None else _ffi.cast("char *", base) for base in heap.bases]
         self._base = self._peers[heap.my_pe]
@@ -56,6 +59,7 @@ class DirectCopies:
         """Forget the heap (it is about to be unmapped)."""
         self._peers = [None] * len(self._peers)
         self._heaps = [None] * len(self._heaps)
+        self._armed = None
         self._known.clear()
 
     def _entry(self, arr):
@@ -95,8 +99,8 @@ class DirectCopies:
             return self._remote is not None and self._remote(pe, known[4], local, to_peer)
         if to_peer:
             _ffi.memmove(self._peers[pe] + known[4], local, local.nbytes)
-            if self._wakes is not None:
-                self._wakes(pe)
+            if self._armed is not None and self._armed[pe][1]:
+                self._wake_words.wake(pe)
         else:
             _ffi.memmove(local, self._peers[pe] + known[4], local.nbytes)
         return True
@@ -118,8 +122,8 @@ class DirectCopies:
             if theirs is None:
                 return self._remote is not None and self._remote(pe, known[4], local, True)
         theirs[...] = local
-        if self._wakes is not None:
-            self._wakes(pe)
+        if self._armed is not None and self._armed[pe][1]:
+            self._wake_words.wake(pe)
         return True
 
     def get(self, dest, src, pe) -> bool:

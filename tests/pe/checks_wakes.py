@@ -1,7 +1,8 @@
 """Wake words (simulator backend): every kind of write into a PE's heap, by load/store or
-through any remote engine, is counted at that PE's wake word, which its waiting threads
-sleep on (pgas/core/native/_wake_words.py). A write path that did not count would leave a waiter
-asleep until its sleep times out (correct, but slow): these checks find such a path.
+through any remote engine, wakes that PE's wake word while its flag says a thread may
+sleep on it (pgas/core/native/_wake_words.py): the count moves. A write path that did not
+wake would leave a waiter asleep until its sleep times out (correct, but slow): these
+checks find such a path.
 
 Except one-sided writes: to another node over UCX (the ucx engine, and the native NIC
 that executes the ibgda and proxy paths' WQEs) puts of more than 8 bytes reach the heap
@@ -34,9 +35,12 @@ def device_writes(kind, dest, src, word, pe):
     dev.quiet()
 
 
-def _counted() -> int:
+def _armed_count() -> int:
+    """This PE's wake word's count, its flag set (as a thread about to sleep sets it)."""
     from pgas.core import _waiting
-    return _waiting._sleeper.count()
+    count = _waiting._sleeper.count()
+    _waiting._sleeper.arm()
+    return count
 
 
 def _one_sided_from(pe: int) -> bool:
@@ -47,17 +51,18 @@ def _one_sided_from(pe: int) -> bool:
 
 def _each_write_counts_at_the_right_neighbour(writes, one_sided=()) -> None:
     """Each of ``writes`` (name, function(right neighbour)) writes into the right
-    neighbour's heap; that PE's wake word then counts more than before, but for the
-    writes named in ``one_sided`` where the left neighbour reaches this PE one-sided.
-    MPI's barrier between them (a pgas barrier writes into heaps itself)."""
+    neighbour's heap, whose wake word's flag is set; that word then counts more than
+    before, but for the writes named in ``one_sided`` where the left neighbour reaches
+    this PE one-sided. MPI's barrier between them (a pgas barrier writes into heaps itself)."""
+    from pgas.core import _waiting
     me, n, right, left = ring_neighbours()
     for name, write in writes:
-        before = _counted()
+        before = _armed_count()
         world().Barrier()
         write(right)
         pgas.quiet()
         world().Barrier()
-        after = _counted()
+        after = _waiting._sleeper.count()
         assert after != before or (name in one_sided and _one_sided_from(left)), \
             f"{name} from PE {left} into PE {me}'s heap was not counted at its wake word"
 

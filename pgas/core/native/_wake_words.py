@@ -1,21 +1,28 @@
 """Wake words: a thread waiting for a word of its PE's heap sleeps until someone writes the heap.
 
-Each PE's heap (simulator backend) holds a wake word at the same offset: a 32-bit count of
-the writes made into that heap, then the number of threads asleep on it. Whoever writes
-another PE's heap (a store, copy or atomic between mappings; the remote target that applies
-a peer's request) counts its write there (``wake``); if threads sleep on that word it wakes
-them (``FUTEX_WAKE``: one system call, only when someone sleeps). A waiting thread
-(``core._waiting.Wait``) reads the count before it checks its condition, then sleeps on the
-word (``FUTEX_WAIT`` on that count) for no longer than it would have slept anyway: a write
-that came meanwhile ends the sleep at once. A write nobody counted (a user's store through
-``ptr``) is seen when the sleep times out, as before there were wake words.
+Each PE's heap (simulator backend) holds a wake word at the same offset: a 32-bit count,
+then a flag saying that a thread may be asleep on the count. A thread about to sleep
+(``core._waiting.Wait``) reads the count, sets the flag (``arm``), checks its condition
+once more, and only then sleeps on the word (``FUTEX_WAIT`` on the count it read) for no
+longer than it would have slept anyway. Whoever writes another PE's heap (a store, copy or
+atomic between mappings; the remote target that applies a peer's request) then looks at
+that flag (``wake``): if it is set, it clears it, bumps the count and wakes the sleepers
+(``FUTEX_WAKE``); if not, a load and a fence are all a write costs (before 2026-11-28 every
+write bumped the count, an atomic on a shared line, and a put on one node paid for it).
+
+No write is missed: the writer's data comes before its look at the flag (a full fence),
+the sleeper's flag before its last check; so either the writer sees the flag, or the
+sleeper's last check sees the data. A host ``put`` on one node looks at the flag from
+Python without the fence (``WakeWords.armed``): in the rare case where its data is still
+in the CPU's store buffer as the sleeper checks, the sleeper sees it when its sleep times
+out, as a write nobody counts (a user's store through ``ptr``) is seen.
 
 Each PE also has a word of its own memory for the answers to its requests through the
 NIC: the answers' handlers count there, and a thread waiting for an answer sleeps on it.
 Two words, so that answers (to puts nobody waits for, say) do not wake a thread waiting
 for a flag, nor writes into the heap one waiting for an answer.
 
-The two functions are LLVM IR compiled by llvmlite: ``pgas_wake`` is also called by the
+The functions are LLVM IR compiled by llvmlite: ``pgas_wake`` is also called by the
 remote target's native code (registered as a symbol for numba), ``pgas_sleep`` releases the
 interpreter lock (``CFUNCTYPE``) while it sleeps.
 """
@@ -42,15 +49,24 @@ declare i64 @pgas_futex_syscall(i64, ...)
 
 define void @pgas_wake(i32* %word) {
 entry:
-  %count = atomicrmw add i32* %word, i32 1 seq_cst
+  fence seq_cst
   %at = getelementptr i32, i32* %word, i64 1
-  %sleepers = load atomic i32, i32* %at monotonic, align 4
-  %any = icmp ne i32 %sleepers, 0
+  %armed = load atomic i32, i32* %at monotonic, align 4
+  %any = icmp ne i32 %armed, 0
   br i1 %any, label %wake, label %done
 wake:
+  store atomic i32 0, i32* %at monotonic, align 4
+  %count = atomicrmw add i32* %word, i32 1 seq_cst
   %woken = call i64 (i64, ...) @pgas_futex_syscall(i64 FUTEX_SYS, i32* %word, i64 FUTEX_WAKE_OP, i64 2147483647)
   br label %done
 done:
+  ret void
+}
+
+define void @pgas_arm(i32* %word) {
+entry:
+  %at = getelementptr i32, i32* %word, i64 1
+  %before = atomicrmw xchg i32* %at, i32 1 seq_cst
   ret void
 }
 
@@ -63,12 +79,9 @@ entry:
   store i64 %seconds, i64* %s
   %n = getelementptr [2 x i64], [2 x i64]* %timeout, i64 0, i64 1
   store i64 %rest, i64* %n
-  %at = getelementptr i32, i32* %word, i64 1
-  %before = atomicrmw add i32* %at, i32 1 seq_cst
   %expected = zext i32 %seen to i64
   %r = call i64 (i64, ...) @pgas_futex_syscall(i64 FUTEX_SYS, i32* %word, i64 FUTEX_WAIT_OP, i64 %expected,
                                                [2 x i64]* %timeout)
-  %after = atomicrmw sub i32* %at, i32 1 seq_cst
   ret i64 %r
 }
 
@@ -99,6 +112,7 @@ class _Compiled:
         # system call only when someone sleeps; see _cpu_atomics on why)
         self.wake = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(self.wake_address)
         self.count = ctypes.PYFUNCTYPE(ctypes.c_uint32, ctypes.c_void_p)(address("pgas_wake_count"))
+        self.arm = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(address("pgas_arm"))
         # a sleep lets the interpreter lock go (the simulated threads run meanwhile)
         self.sleep = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int64)(
             address("pgas_sleep"))
@@ -118,17 +132,22 @@ def natives() -> dict:
 class WakeWords:
     """The wake words of the PEs whose heaps are mapped here: ``wake(pe)`` after writing PE
     ``pe``'s heap (``addresses[pe]``: its word here). ``bases``: each PE's heap address here
-    (None where not mapped), ``offset``: the wake word's heap offset. ``answers``: the
-    address of this PE's word for answers (in memory this object keeps)."""
+    (None where not mapped), ``offset``: the wake word's heap offset. ``armed[pe]``: PE
+    ``pe``'s word as 32-bit integers (None where not mapped): ``armed[pe][1]`` is its flag,
+    for a caller that looks before it calls ``wake`` (see the module's text). ``answers``:
+    the address of this PE's word for answers (in memory this object keeps)."""
 
     def __init__(self, bases: list, offset: int):
         self.addresses = [None if base is None else base + offset for base in bases]
+        self.armed = [None if address is None else
+                      memoryview((ctypes.c_uint32 * 2).from_address(address)).cast("B").cast("I")
+                      for address in self.addresses]
         self._wake = functions().wake
         self._answers = np.zeros(WAKE_BYTES // 4, np.uint32)
         self.answers = self._answers.ctypes.data
 
     def wake(self, pe: int) -> None:
-        """Count a write into PE ``pe``'s heap, and wake whoever sleeps on it."""
+        """A write into PE ``pe``'s heap is done: wake whoever sleeps on its word."""
         address = self.addresses[pe]
         if address is not None:
             self._wake(address)
@@ -136,20 +155,26 @@ class WakeWords:
     def close(self) -> None:
         """Forget the heaps (about to be unmapped)."""
         self.addresses = [None] * len(self.addresses)
+        self.armed = [None] * len(self.armed)
 
 
 class Sleeper:
-    """A waiting thread's side of one PE's wake word at ``address``."""
+    """A waiting thread's side of one PE's wake word at ``address``: ``count()``, then
+    ``arm()``, then a last check of its condition, then ``sleep``."""
 
     def __init__(self, address: int):
         compiled = functions()
         self.address = address
-        self._count, self._sleep = compiled.count, compiled.sleep
+        self._count, self._arm, self._sleep = compiled.count, compiled.arm, compiled.sleep
 
     def count(self) -> int:
-        """The writes counted so far (read before the condition is checked)."""
+        """The count now (read before the flag is set and the condition checked)."""
         return self._count(self.address)
 
+    def arm(self) -> None:
+        """Set the flag: from now on a write bumps the count and wakes the sleepers."""
+        self._arm(self.address)
+
     def sleep(self, seen: int, seconds: float) -> None:
-        """Sleep up to ``seconds``, or until a write is counted after ``seen`` (at once if one was)."""
+        """Sleep up to ``seconds``, or until the count moves from ``seen`` (at once if it has)."""
         self._sleep(self.address, seen, int(seconds * 1e9))
