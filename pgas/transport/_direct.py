@@ -51,8 +51,9 @@ class DirectCopies:
         self._size = heap.size
         self._wrapper = _simulator_array_type()
         # id(array object) -> (the object, its dtype, its shape, its numpy data, its heap
-        # offset, [its view in each PE's heap, made on reuse]); the entry keeps the object
-        # alive, so its id is not reused while the entry lasts
+        # offset, [its view in each PE's heap, made on reuse], its strides (C order), whether
+        # it is small enough to copy by assignment); the entry keeps the object alive, so its
+        # id is not reused while the entry lasts
         self._known: dict[int, tuple] = {}
 
     def close(self) -> None:
@@ -76,7 +77,8 @@ class DirectCopies:
             return None
         if len(self._known) >= _CACHED_ARRAYS:
             self._known.clear()
-        known = self._known[id(arr)] = (arr, data.dtype, data.shape, data, offset, [None] * len(self._peers))
+        known = self._known[id(arr)] = (arr, data.dtype, data.shape, data, offset, [None] * len(self._peers),
+                                        data.strides, data.nbytes <= _ASSIGN_BYTES)
         return known
 
     def _view(self, known, pe: int):
@@ -106,15 +108,17 @@ class DirectCopies:
         return True
 
     # The calls on an array object seen before, of its shape, are written out in full:
-    # each call saved is a tenth of their time.
+    # each call saved is a tenth of their time. A local array of the entry's shape, dtype
+    # (the same object: numpy's built-in dtypes are) and C strides is C-contiguous and as
+    # small as the entry (cheaper to compare than numpy's flags).
 
     def put(self, dest, src, pe) -> bool:
         """``src`` into PE ``pe``'s ``dest`` if the fast path applies (then True)."""
         known = self._known.get(id(dest))
         local = src._ary if isinstance(src, self._wrapper) else src
         if (known is None or known[0] is not dest or type(pe) is not int or pe < 0 or pe >= len(known[5])
-                or type(local) is not np.ndarray or local.shape != known[2] or local.dtype != known[1]
-                or not local.flags.c_contiguous or local.nbytes > _ASSIGN_BYTES):
+                or type(local) is not np.ndarray or local.shape != known[2] or local.dtype is not known[1]
+                or local.strides != known[6] or not known[7]):
             return self._by_address(dest, local, pe, True)
         theirs = known[5][pe]
         if theirs is None:
@@ -131,13 +135,16 @@ class DirectCopies:
         known = self._known.get(id(src))
         local = dest._ary if isinstance(dest, self._wrapper) else dest
         if (known is None or known[0] is not src or type(pe) is not int or pe < 0 or pe >= len(known[5])
-                or type(local) is not np.ndarray or local.shape != known[2] or local.dtype != known[1]
-                or not local.flags.c_contiguous or not local.flags.writeable or local.nbytes > _ASSIGN_BYTES):
+                or type(local) is not np.ndarray or local.shape != known[2] or local.dtype is not known[1]
+                or local.strides != known[6] or not known[7]):
             return self._by_address(src, local, pe, False)
         theirs = known[5][pe]
         if theirs is None:
             theirs = self._view(known, pe)
             if theirs is None:
-                return self._remote is not None and self._remote(pe, known[4], local, False)
-        local[...] = theirs
+                return self._by_address(src, local, pe, False)
+        try:
+            local[...] = theirs
+        except ValueError:      # read-only: the general path says so
+            return False
         return True

@@ -197,6 +197,11 @@ def check_small_put_get_fast_path_is_taken_and_keeps_the_checks():
     readonly.flags.writeable = False
     with pytest.raises(pgas.PgasError, match="pgas.get: dest must be writable, got a read-only numpy array"):
         pgas.get(readonly, dest, right)
+    readonly = np.zeros(dest.shape, np.int64)          # of dest's shape: the kept view's path
+    pgas.get(np.zeros(dest.shape, np.int64), dest, right)
+    readonly.flags.writeable = False
+    with pytest.raises(pgas.PgasError, match="pgas.get: dest must be writable, got a read-only numpy array"):
+        pgas.get(readonly, dest, right)
     pgas.barrier_all()
     pgas.free(grid)
     pgas.free(dest)
