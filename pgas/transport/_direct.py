@@ -25,6 +25,7 @@ _CACHED_ARRAYS = 256        # symmetric array objects whose offsets are kept (cl
 # Above this a numpy assignment is slower than libc's memmove (which streams past the
 # caches); below it the assignment costs less than the memmove call.
 _ASSIGN_BYTES = 1 << 20
+_NO_ENTRY = (object(),)         # (its first item is no array a caller has)
 
 
 def _simulator_array_type():
@@ -51,10 +52,11 @@ class DirectCopies:
         self._size = heap.size
         self._wrapper = _simulator_array_type()
         # id(array object) -> (the object, its dtype, its shape, its numpy data, its heap
-        # offset, [its view in each PE's heap, made on reuse], its strides (C order), whether
-        # it is small enough to copy by assignment); the entry keeps the object alive, so its
-        # id is not reused while the entry lasts
+        # offset, [its view in each PE's heap, made on reuse], whether it is small enough to
+        # copy by assignment); the entry keeps the object alive, so its id is not reused
+        # while the entry lasts
         self._known: dict[int, tuple] = {}
+        self._last = _NO_ENTRY          # the entry of the last call (a loop's calls skip the dict)
 
     def close(self) -> None:
         """Forget the heap (it is about to be unmapped)."""
@@ -62,6 +64,7 @@ class DirectCopies:
         self._heaps = [None] * len(self._heaps)
         self._armed = None
         self._known.clear()
+        self._last = _NO_ENTRY
 
     def _entry(self, arr):
         """The cache entry of ``arr`` (made now if new) when it is a non-empty C-contiguous
@@ -77,8 +80,9 @@ class DirectCopies:
             return None
         if len(self._known) >= _CACHED_ARRAYS:
             self._known.clear()
+            self._last = _NO_ENTRY
         known = self._known[id(arr)] = (arr, data.dtype, data.shape, data, offset, [None] * len(self._peers),
-                                        data.strides, data.nbytes <= _ASSIGN_BYTES)
+                                        data.nbytes <= _ASSIGN_BYTES)
         return known
 
     def _view(self, known, pe: int):
@@ -108,18 +112,19 @@ class DirectCopies:
         return True
 
     # The calls on an array object seen before, of its shape, are written out in full:
-    # each call saved is a tenth of their time. A local array of the entry's shape, dtype
-    # (the same object: numpy's built-in dtypes are) and C strides is C-contiguous and as
-    # small as the entry (cheaper to compare than numpy's flags).
+    # each call saved is a tenth of their time (a numpy array checked before a simulator
+    # one, the dtype by identity: numpy's built-in dtypes are one object each; a local
+    # array of the entry's shape and dtype is as small as the entry).
 
     def put(self, dest, src, pe) -> bool:
         """``src`` into PE ``pe``'s ``dest`` if the fast path applies (then True)."""
-        known = self._known.get(id(dest))
-        local = src._ary if isinstance(src, self._wrapper) else src
+        known = self._last if dest is self._last[0] else self._known.get(id(dest))
+        local = src if type(src) is np.ndarray else src._ary if isinstance(src, self._wrapper) else None
         if (known is None or known[0] is not dest or type(pe) is not int or pe < 0 or pe >= len(known[5])
-                or type(local) is not np.ndarray or local.shape != known[2] or local.dtype is not known[1]
-                or local.strides != known[6] or not known[7]):
-            return self._by_address(dest, local, pe, True)
+                or local is None or local.shape != known[2] or local.dtype is not known[1] or not known[6]
+                or not local.flags.c_contiguous):
+            return self._by_address(dest, src, pe, True)
+        self._last = known
         theirs = known[5][pe]
         if theirs is None:
             theirs = self._view(known, pe)
@@ -132,12 +137,13 @@ class DirectCopies:
 
     def get(self, dest, src, pe) -> bool:
         """PE ``pe``'s ``src`` into ``dest`` if the fast path applies (then True)."""
-        known = self._known.get(id(src))
-        local = dest._ary if isinstance(dest, self._wrapper) else dest
+        known = self._last if src is self._last[0] else self._known.get(id(src))
+        local = dest if type(dest) is np.ndarray else dest._ary if isinstance(dest, self._wrapper) else None
         if (known is None or known[0] is not src or type(pe) is not int or pe < 0 or pe >= len(known[5])
-                or type(local) is not np.ndarray or local.shape != known[2] or local.dtype is not known[1]
-                or local.strides != known[6] or not known[7]):
-            return self._by_address(src, local, pe, False)
+                or local is None or local.shape != known[2] or local.dtype is not known[1] or not known[6]
+                or not local.flags.c_contiguous):
+            return self._by_address(src, dest, pe, False)
+        self._last = known
         theirs = known[5][pe]
         if theirs is None:
             theirs = self._view(known, pe)
