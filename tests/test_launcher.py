@@ -68,10 +68,10 @@ from pathlib import Path
 import numpy as np
 import pgas
 pgas.init()
-a = pgas.zeros(4)
+a = pgas.zeros(4, np.int64)
 pgas.barrier_all()
 # A handshake through files, not pgas: PE 3 stops only once every PE has left the barrier
-# (its last barrier message could still be in its NIC), and PE 0 gets only once PE 3 is stopped.
+# (its last barrier message could still be in its NIC), and PE 0 asks only once PE 3 is stopped.
 here = Path({here!r})
 def wait_for(ready):
     while not ready():
@@ -86,7 +86,8 @@ elif pgas.my_pe() == 0:
     wait_for(lambda: (here / "pe3.pid").exists())
     stat = Path("/proc", (here / "pe3.pid").read_text(), "stat")
     wait_for(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T")
-    pgas.get(np.zeros(4), a, 3)             # PE 3 is on the other node: through the NIC
+    # PE 3 is on the other node: through the NIC; an atomic needs its CPU (a get, one-sided, would not)
+    pgas.atomic_fetch_add(a, 1, 3)
 pgas.barrier_all()
 pgas.finalize()
 """
@@ -102,7 +103,7 @@ def test_a_stopped_pe_is_named_as_where_the_waits_lead(tmp_path, clean_shm):
     summary = [line for line in proc.stderr.splitlines() if line.startswith("pgasrun: PE")]
     assert len(summary) == 1, proc.stderr
     assert "the waits lead to PE 3, which is stopped (SIGSTOP or Ctrl-Z): " in summary[0], summary
-    assert "PE 0 (in pgas.get) waits for PE 3" in summary[0], summary
+    assert "PE 0 (in pgas.atomic_fetch_add) waits for PE 3" in summary[0], summary
 
 
 def test_pes_that_all_skip_finalize_complete_with_a_note(tmp_path, clean_shm):
