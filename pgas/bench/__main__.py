@@ -15,6 +15,8 @@ BENCHMARKS = {"put_bw": "host put bandwidth to a peer vs a local copy (2 PEs)",
               "across_nodes": "the five across-node goals, each beside MPI on the same wire, held or not "
                               "(2 PEs on 2 nodes; 4 PEs for collectives)",
               "idle": "CPU an idle PE uses: its runtime threads, and a host thread waiting for a flag (2+ PEs)",
+              "target_states": "rates of host put, get and fetch-add to a PE that sleeps or is busy, vs MPI's, and "
+                               "CPU per request (2 PEs on 2 nodes)",
               "compile": "time to compile kernels calling pgas.device for sm_90, beside a plain kernel (no GPU)",
               "checker": "whole runs of the examples and a collective workload with and without PGAS_CHECK=1"}
 
