@@ -314,7 +314,7 @@ class Ucx:
 
     def transports(self) -> dict[int, str]:
         """PE -> the UCX transports of the endpoint to it (``_rma.transports``)."""
-        return {pe: rma.transports(self.worker.lib, endpoint) for pe, endpoint in self.worker.endpoints.items()}
+        return rma.transports(self.worker)
 
     def close(self) -> None:
         self.flush()

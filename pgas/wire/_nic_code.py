@@ -20,6 +20,7 @@ peer, as on an RC queue pair). Atomics, and inline writes of up to 8 bytes (flag
 wake a peer waiting for them), stay messages to the target. A queue's order is kept: a
 message or read after one-sided writes waits for their flush, a one-sided request after
 messages for their answers (``Q_FENCE``).
+
 The answers land in native handlers that run wherever the worker is progressed (its
 progress thread, or a waiting thread): a read's data at its local address, a fetched
 value in network byte order at its cell, as ConnectX writes them; then, in WQE order,

@@ -48,9 +48,8 @@ class NicQueues:
             raise
         self._rma_keys: dict[int, int] = {}     # endpoint -> UCX's key to its peer's heap
         self._heap_region = heap_region
-        self._target = target.serve_heap(self.worker, heap_region.base,
-                                         heap_region.size if heap_region.view is not None else 0, heap_region.rkey,
-                                         wake)
+        self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size if one_sided else 0,
+                                         heap_region.rkey, wake)
         self.table = np.zeros(TABLE_WORDS, np.int64)     # (untouched pages cost nothing)
         self._receive_params = ucp.request_params(0, on_get_received, self.table)
         self._send_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
@@ -125,7 +124,7 @@ class NicQueues:
 
     def transports(self) -> dict[int, str]:
         """PE -> the UCX transports of the endpoint to it (``_rma.transports``)."""
-        return {pe: rma.transports(self.worker.lib, endpoint) for pe, endpoint in self.worker.endpoints.items()}
+        return rma.transports(self.worker)
 
     def poster(self, post_address: int):
         """``post(q, descriptor, kind, opcode, raddr, rkey, lkey, laddr, nbytes, a0, a1, a2,

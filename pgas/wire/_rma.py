@@ -86,7 +86,12 @@ class HeapKeys:
             self._memh = 0
 
 
-def transports(lib, endpoint: int) -> str:
+def transports(worker) -> dict[int, str]:
+    """PE -> the UCX transports of ``worker``'s endpoint to it (``_endpoint_transports``)."""
+    return {pe: _endpoint_transports(worker.lib, endpoint) for pe, endpoint in worker.endpoints.items()}
+
+
+def _endpoint_transports(lib, endpoint: int) -> str:
     """The UCX transports (and devices) of ``endpoint``'s lanes, as ``ucp_ep_query`` says:
     "tcp/eth0 cma/memory"; "?" where this UCX cannot say."""
     entries = (ucp.TransportEntry * 16)()

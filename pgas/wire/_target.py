@@ -115,7 +115,7 @@ def _answer(state, reply_ep, ticket, syndrome, fetched, data, length):
 def outside(base, heap_size, heap_rkey, rkey, raddr, nbytes):
     """True when a request's bytes are not all in the heap [``base``, ``base + heap_size``),
     or its rkey is not the heap's (the target's check, and the requester's before a
-    one-sided request: ``pgas.transport._ucx``)."""
+    one-sided request: ``pgas.transport._ucx``, ``_nic_code``)."""
     return rkey != heap_rkey or nbytes < 0 or nbytes > heap_size or raddr < base or raddr - base > heap_size - nbytes
 
 
