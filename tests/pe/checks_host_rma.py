@@ -202,6 +202,37 @@ def check_small_put_get_fast_path_is_taken_and_keeps_the_checks():
     readonly.flags.writeable = False
     with pytest.raises(pgas.PgasError, match="pgas.get: dest must be writable, got a read-only numpy array"):
         pgas.get(readonly, dest, right)
+    # calls on dest with a local array of its size, after the first: the kept views' path
+    for _ in range(2):
+        pgas.get(np.zeros(16, np.int64), dest, right)
+        with pytest.raises(pgas.PgasError, match=r"pgas.put: dest and src must have the same dtype"):
+            pgas.put(dest, np.zeros(16, np.int32), right)
+        with pytest.raises(pgas.PgasError, match=r"pgas.put: dest and src must have the same dtype"):
+            pgas.put(dest, np.zeros(16, np.dtype(np.int64).newbyteorder()), right)
+        with pytest.raises(pgas.PgasError, match=r"pgas.get: dest and src must have the same dtype"):
+            pgas.get(np.zeros(16, np.float64), dest, right)
+        with pytest.raises(pgas.PgasError, match=r"pgas.get: dest must be C-contiguous"):
+            pgas.get(np.zeros(32, np.int64)[::2], dest, right)
+    pgas.barrier_all()
+    # a strided source and a source of another shape with dest's element count: element by element
+    pgas.put(dest, np.arange(32, dtype=np.int64)[::2] + 100 * me, right)
+    pgas.put(dest, np.arange(32, dtype=np.int64)[::2] + 100 * me, right)
+    pgas.barrier_all()
+    assert dest.copy_to_host().tolist() == (np.arange(32)[::2] + 100 * left).tolist()
+    pgas.barrier_all()
+    for _ in range(2):
+        pgas.put(dest, np.arange(16, dtype=np.int64).reshape(4, 4) + 200 * me, right)
+    pgas.barrier_all()
+    assert dest.copy_to_host().tolist() == (np.arange(16) + 200 * left).tolist()
+    got = np.zeros((1, 16), np.int64)
+    pgas.get(got, dest, me)
+    assert got.ravel().tolist() == (np.arange(16) + 200 * left).tolist()
+    with pytest.raises(TypeError, match=r"pgas.put\(\) missing required argument: 'pe'"):
+        pgas.put(dest, np.zeros(16, np.int64))
+    with pytest.raises(TypeError, match=r"pgas.get\(\) missing required argument: 'src'"):
+        pgas.get(dst=np.zeros(16, np.int64), remote_pe=right)
+    with pytest.raises(pgas.PgasError, match=r"pgas.get: pe was given twice, as pe and as remote_pe"):
+        pgas.get(np.zeros(16, np.int64), dest, right, remote_pe=right)
     pgas.barrier_all()
     pgas.free(grid)
     pgas.free(dest)

@@ -22,7 +22,7 @@ from ...core._device_errors import device_error
 from ...core._errors import PgasValueError
 from ...runtime._arrays import as_ndarray
 from ...runtime._state import Runtime, runtime
-from ._keywords import nvshmem4py_keywords
+from ._keywords import NOT_GIVEN, nvshmem4py_keywords, one_of
 
 __all__ = ["put", "get", "put_nbi", "get_nbi", "iput", "iget", "ibput", "ibget", "flush", "quiet", "pe_quiet"]
 
@@ -84,8 +84,7 @@ def _get(fn: str, dest, src, pe, stream, nbi: bool, tickets: list | None = None,
     _copy(rt, pe, False, s, d, d.size, stream, fn, nbi, order, tickets, lane)
 
 
-@nvshmem4py_keywords("dst", "remote_pe")
-def put(dest, src, pe: int, stream=None) -> None:
+def put(dest=NOT_GIVEN, src=NOT_GIVEN, pe=NOT_GIVEN, stream=None, dst=NOT_GIVEN, remote_pe=NOT_GIVEN) -> None:
     """put(dest, src, pe, stream=None)
 
     Copy ``src.size`` elements of ``src`` into PE ``pe``'s copy of symmetric ``dest``,
@@ -108,13 +107,15 @@ def put(dest, src, pe: int, stream=None) -> None:
         cuda backend: ordered on this stream. Without one the copy is complete on return,
         as it always is on the simulator backend.
     """
-    direct = runtime("pgas.put").direct
-    if direct is None or stream is not None or not direct.put(dest, src, pe):
-        _put("pgas.put", dest, src, pe, stream, False)
+    fn = "pgas.put"
+    direct = runtime(fn).direct
+    if direct is not None and stream is None and dst is NOT_GIVEN is remote_pe and direct.put(dest, src, pe):
+        return
+    _put(fn, one_of(fn, "dest", dest, "dst", dst), one_of(fn, "src", src), one_of(fn, "pe", pe, "remote_pe", remote_pe),
+         stream, False)
 
 
-@nvshmem4py_keywords("dst", "remote_pe")
-def get(dest, src, pe: int, stream=None) -> None:
+def get(dest=NOT_GIVEN, src=NOT_GIVEN, pe=NOT_GIVEN, stream=None, dst=NOT_GIVEN, remote_pe=NOT_GIVEN) -> None:
     """get(dest, src, pe, stream=None)
 
     Copy ``dest.size`` elements of PE ``pe``'s copy of symmetric ``src`` into local ``dest``,
@@ -133,9 +134,12 @@ def get(dest, src, pe: int, stream=None) -> None:
     stream : optional
         As for ``put``.
     """
-    direct = runtime("pgas.get").direct
-    if direct is None or stream is not None or not direct.get(dest, src, pe):
-        _get("pgas.get", dest, src, pe, stream, False)
+    fn = "pgas.get"
+    direct = runtime(fn).direct
+    if direct is not None and stream is None and dst is NOT_GIVEN is remote_pe and direct.get(dest, src, pe):
+        return
+    _get(fn, one_of(fn, "dest", dest, "dst", dst), one_of(fn, "src", src), one_of(fn, "pe", pe, "remote_pe", remote_pe),
+         stream, False)
 
 
 @nvshmem4py_keywords("dst", "remote_pe")
@@ -202,7 +206,7 @@ def quiet(stream=None) -> None:
     if rt.on_gpu:
         from .. import _gpu_ops
         _gpu_ops.quiet(stream, "pgas.quiet")
-    else:
+    elif rt.transports.engines:     # (else every copy was complete on return)
         rt.transports.quiet("pgas.quiet")
 
 
