@@ -84,6 +84,11 @@ def _get(fn: str, dest, src, pe, stream, nbi: bool, tickets: list | None = None,
     _copy(rt, pe, False, s, d, d.size, stream, fn, nbi, order, tickets, lane)
 
 
+def _named(fn: str, dest, dst, src, pe, remote_pe) -> tuple:
+    """(dest, src, pe) of a ``put`` or ``get``, each given under pgas's name or nvshmem4py's."""
+    return one_of(fn, "dest", dest, "dst", dst), one_of(fn, "src", src), one_of(fn, "pe", pe, "remote_pe", remote_pe)
+
+
 def put(dest=NOT_GIVEN, src=NOT_GIVEN, pe=NOT_GIVEN, stream=None, dst=NOT_GIVEN, remote_pe=NOT_GIVEN) -> None:
     """put(dest, src, pe, stream=None)
 
@@ -111,8 +116,7 @@ def put(dest=NOT_GIVEN, src=NOT_GIVEN, pe=NOT_GIVEN, stream=None, dst=NOT_GIVEN,
     direct = runtime(fn).direct
     if direct is not None and stream is None and dst is NOT_GIVEN is remote_pe and direct.put(dest, src, pe):
         return
-    _put(fn, one_of(fn, "dest", dest, "dst", dst), one_of(fn, "src", src), one_of(fn, "pe", pe, "remote_pe", remote_pe),
-         stream, False)
+    _put(fn, *_named(fn, dest, dst, src, pe, remote_pe), stream, False)
 
 
 def get(dest=NOT_GIVEN, src=NOT_GIVEN, pe=NOT_GIVEN, stream=None, dst=NOT_GIVEN, remote_pe=NOT_GIVEN) -> None:
@@ -138,8 +142,7 @@ def get(dest=NOT_GIVEN, src=NOT_GIVEN, pe=NOT_GIVEN, stream=None, dst=NOT_GIVEN,
     direct = runtime(fn).direct
     if direct is not None and stream is None and dst is NOT_GIVEN is remote_pe and direct.get(dest, src, pe):
         return
-    _get(fn, one_of(fn, "dest", dest, "dst", dst), one_of(fn, "src", src), one_of(fn, "pe", pe, "remote_pe", remote_pe),
-         stream, False)
+    _get(fn, *_named(fn, dest, dst, src, pe, remote_pe), stream, False)
 
 
 @nvshmem4py_keywords("dst", "remote_pe")
