@@ -50,6 +50,7 @@ class DirectCopies:
         # each PE's heap as a char pointer, None where not mapped (the heap keeps the mappings)
         self._peers = [None if base is None else _ffi.cast("char *", base) for base in heap.bases]
         self._base = self._peers[heap.my_pe]
+        self._elsewhere = frozenset(pe for pe, peer in enumerate(self._peers) if peer is None)   # other nodes
         self._heaps = heap.views
         self._size = heap.size
         self._wrapper = _simulator_array_type()
@@ -125,7 +126,8 @@ class DirectCopies:
     # strided source element by element, as the general path would (which makes it
     # contiguous first). A get copies by numpy's assignment, which casts: the dtype is
     # checked here; of equal sizes it copies element for element in C order or refuses the
-    # shapes (ValueError); a strided destination is the general path's error.
+    # shapes (ValueError); a strided destination is the general path's error. To a PE on
+    # another node the local array goes by address: contiguous, of the entry's dtype.
 
     def put(self, dest, src, pe) -> bool:
         """``src`` into PE ``pe``'s ``dest`` if the fast path applies (then True)."""
@@ -142,6 +144,9 @@ class DirectCopies:
                 if self._armed[pe][1]:
                     self._wake_words.wake(pe)
                 return True
+            if pe in self._elsewhere and src.dtype is known[5] and src.flags.c_contiguous:
+                self._last = known
+                return self._remote is not None and self._remote(pe, known[6], src, True)
         return self._checked(dest, src, pe, True)
 
     def get(self, dest, src, pe) -> bool:
@@ -157,4 +162,7 @@ class DirectCopies:
                     return False
                 self._last = known
                 return True
+            if pe in self._elsewhere and dest.flags.writeable:
+                self._last = known
+                return self._remote is not None and self._remote(pe, known[6], dest, False)
         return self._checked(src, dest, pe, False)
