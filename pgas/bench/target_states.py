@@ -6,7 +6,7 @@ to the same PE in the same state, and each PE's CPU time per request.
 
 PE 0 repeats each request for ``--seconds``: ``put`` + ``quiet`` and ``get`` of 8 bytes and
 ``atomic_fetch_add``, then MPI's ``Put``, ``Get`` and ``Fetch_and_op``, each + ``Flush``, on a
-window from ``MPI.Win.Allocate`` (passive target, ``Lock_all``). Meanwhile PE 1 sleeps
+window from ``MPI.Win.Allocate`` on PE 1 (passive target, ``Lock_all``). Meanwhile PE 1 sleeps
 (``time.sleep``: neither its main thread nor MPI progresses) or spins in Python. A
 one-sided request needs nothing of PE 1's CPU; one that its target must apply waits for
 whatever progresses there (pgas's progress thread; MPI's atomics wait for PE 1 to call MPI
@@ -23,6 +23,8 @@ import numpy as np
 from mpi4py import MPI
 
 import pgas
+
+from ._timing import window_on_pe1
 
 STATES = ("sleeps", "busy")
 
@@ -92,22 +94,19 @@ def main(argv=None) -> None:
         raise SystemExit("target_states needs 2 PEs on 2 nodes: pgasrun -np 2 --pes-per-node 1 "
                          "python -m pgas.bench target_states")
     dest, word = pgas.zeros(1024, np.uint8), pgas.zeros(1, np.int64)
-    win = MPI.Win.Allocate(1024, comm=comm)
-    win.Lock_all()
     if me == 0:
         print(f"PE 0 -> PE 1 through {pgas.info()['transports'][1]}; requests per second over {args.seconds:g} s, "
               "CPU microseconds per request on each PE")
         print(f"{'PE 1':6} {'request':17} {'pgas/s':>10} {'PE 0':>7} {'PE 1':>7} {'MPI/s':>10} {'PE 0':>7} "
               f"{'PE 1':>7} {'pgas/MPI':>9}")
-    for state in STATES:
-        for name, ours, theirs in _requests(dest, word, win):
-            rate, cpu0, cpu1 = _phase(ours, state, args.seconds, comm)
-            mpi_rate, mpi_cpu0, mpi_cpu1 = _phase(theirs, state, args.seconds, comm)
-            if me == 0:
-                ratio = rate / mpi_rate if mpi_rate else float("inf")
-                print(f"{state:6} {name:17} {rate:>10,.0f} {cpu0:>7.1f} {cpu1:>7.1f} {mpi_rate:>10,.0f} "
-                      f"{mpi_cpu0:>7.1f} {mpi_cpu1:>7.1f} {ratio:>9.2f}", flush=True)
-    win.Unlock_all()
-    win.Free()
+    with window_on_pe1(1024) as win:
+        for state in STATES:
+            for name, ours, theirs in _requests(dest, word, win):
+                rate, cpu0, cpu1 = _phase(ours, state, args.seconds, comm)
+                mpi_rate, mpi_cpu0, mpi_cpu1 = _phase(theirs, state, args.seconds, comm)
+                if me == 0:
+                    ratio = rate / mpi_rate if mpi_rate else float("inf")
+                    print(f"{state:6} {name:17} {rate:>10,.0f} {cpu0:>7.1f} {cpu1:>7.1f} {mpi_rate:>10,.0f} "
+                          f"{mpi_cpu0:>7.1f} {mpi_cpu1:>7.1f} {ratio:>9.2f}", flush=True)
     pgas.barrier_all()
     pgas.finalize()

@@ -357,15 +357,14 @@ class Transports:
         ``local`` into (``to_peer``) or out of PE ``pe``'s heap at ``offset``, complete on
         return: one request (ucx: the engine's blocking copy; the NIC's paths: its local
         bytes' kept registration); else False."""
-        kind, nbytes = self.kinds[pe], local.nbytes
-        if kind == "ucx" and nbytes <= mlx5.MAX_MESSAGE:    # the engine's blocking copy, at once
-            self.engine.copy_now("pgas.put" if to_peer else "pgas.get", pe, self.nic.remote[pe].base + offset,
-                                 address_of(local), nbytes, to_peer)
-            return True
-        if kind not in REMOTE_TRANSPORTS or nbytes > mlx5.MAX_MESSAGE:
+        kind = self.kinds[pe]
+        if kind not in REMOTE_TRANSPORTS or local.nbytes > mlx5.MAX_MESSAGE:
             return False
         fn = "pgas.put" if to_peer else "pgas.get"
         raddr, laddr = self.nic.remote[pe].base + offset, address_of(local)
+        if kind == "ucx":
+            self.engine.copy_now(fn, pe, raddr, laddr, local.nbytes, to_peer)
+            return True
         lkey, temporary = self._local_key_at(laddr, local.nbytes)
         try:
             self.engine.wait(fn, self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe, raddr, laddr=laddr,
