@@ -162,7 +162,7 @@ def init(comm=None, *, mpi_comm=None, initializer_method=None, device=None, uid=
         rt.transports = Transports(boot, heap, timeout, on_nic_failure=_failure.end_job_for_nic, wakes=wakes)
         # the fast paths of same-node put/get skip the argument checks of PGAS_DEBUG
         rt.direct = None if debug else GpuDirectCopies(heap, rt.transports.kinds) if heap.device_arrays else \
-            DirectCopies(heap, rt.transports.fast_copy, wakes)
+            DirectCopies(heap, rt.transports, wakes)
     except Exception:
         heap.close()
         raise

@@ -9,7 +9,7 @@ heap offset, which is cached by array object; when the same object comes again w
 numpy array of its size and dtype (up to 1 MiB), a numpy assignment into a view of the
 peer's copy (made once, kept with the offset), which costs less than the ``memmove`` call.
 To a PE on another node the same call goes to ``remote`` (one blocking request of the
-remote engine, ``Transports.fast_copy``), skipping the same checks. Anything else returns
+remote engine, ``Transports.copy_small``), skipping the same checks. Anything else returns
 False and takes the general path, which checks everything and raises the errors: this
 module never decides an error, it only skips work.
 """
@@ -37,10 +37,10 @@ def _simulator_array_type():
 class DirectCopies:
     """Contiguous copies between this PE and the PEs whose heaps are mapped here."""
 
-    def __init__(self, heap, remote=None, wakes=None):
-        # remote(pe, offset, local, to_peer): the same copy with a PE on another node, done
-        # at once by its engine when that engine has a fast path (then True)
-        self._remote = remote
+    def __init__(self, heap, transports=None, wakes=None):
+        # transports.copy_small(pe, offset, local, to_peer): the same copy with a PE on
+        # another node, done at once by its engine (then True)
+        self._transports = transports
         # the PEs' wake words (``core.native._wake_words.WakeWords``), or None: after a put into
         # PE pe's heap, its word is woken if its flag (``_armed[pe][1]``) says a thread may
         # sleep on it (a look from here costs a tenth of the call)
@@ -109,7 +109,7 @@ class DirectCopies:
                 or not local.flags.c_contiguous or not (to_peer or local.flags.writeable)):
             return False
         if self._peers[pe] is None:
-            return self._remote is not None and self._remote(pe, known[6], local, to_peer)
+            return self._transports is not None and self._transports.copy_small(pe, known[6], local, to_peer)
         if pe not in known[2]:
             self._remember_view(known, pe)
         if to_peer:
@@ -146,7 +146,7 @@ class DirectCopies:
                 return True
             if pe in self._elsewhere and src.dtype is known[5] and src.flags.c_contiguous:
                 self._last = known
-                return self._remote is not None and self._remote(pe, known[6], src, True)
+                return self._transports is not None and self._transports.copy_small(pe, known[6], src, True)
         return self._checked(dest, src, pe, True)
 
     def get(self, dest, src, pe) -> bool:
@@ -164,5 +164,5 @@ class DirectCopies:
                 return True
             if pe in self._elsewhere and dest.flags.writeable:
                 self._last = known
-                return self._remote is not None and self._remote(pe, known[6], dest, False)
+                return self._transports is not None and self._transports.copy_small(pe, known[6], dest, False)
         return self._checked(src, dest, pe, False)

@@ -12,10 +12,13 @@ __all__ = ["Lanes"]
 
 
 class Lanes:
-    """``lanes[i]``: lane i, ``first`` for lane 0, ``make()`` for each new one."""
+    """``lanes[i]``: lane i, ``first`` for lane 0, ``make()`` for each new one;
+    ``several``: whether there is more than lane 0 (a plain attribute: it is read on
+    every ``quiet``)."""
 
     def __init__(self, first: Any, make: Callable[[], Any]):
         self._all = [first]
+        self.several = False
         self._make = make
         self._free: list[int] = []
         self._lock = threading.Lock()     # contexts are made from any thread
@@ -35,6 +38,7 @@ class Lanes:
             if self._free:
                 return self._free.pop()
             self._all.append(self._make())
+            self.several = True
             return len(self._all) - 1
 
     def release(self, lane: int) -> None:

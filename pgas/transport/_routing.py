@@ -59,6 +59,10 @@ class Transports:
         self.kinds = ["self" if pe == boot.my_pe else "p2p" if heap.reachable(pe) else "unreachable"
                       for pe in range(boot.n_pes)]
         self.engine = self.heap_region = None
+        # copy_small(pe, offset, local, to_peer): the small-call fast path (``DirectCopies``)
+        # to PE pe on another node, contiguous ``local`` into (``to_peer``) or out of its heap
+        # at ``offset``, complete on return (then True; False: take the general path)
+        self.copy_small = self._copy_through_nic
         self.engines: dict = {}          # remote transport name -> its engine, made on first use
         self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
         self.gpu_path = None             # cuda: the GPU-initiated path (heap.attach_nic)
@@ -143,6 +147,7 @@ class Transports:
             native = self._native_nic()
             self.engines[name] = self._connected(proxy.Proxy(self.nic, self.timeout, native), native is not None)
         self.engine = self.engines[name]
+        self.copy_small = self.engine.copy_small if name == "ucx" else self._copy_through_nic
         self.remote_transport = name
         for pe in self.remote:
             self.kinds[pe] = name
@@ -352,19 +357,14 @@ class Transports:
         requests, tickets[:] = list(tickets), []
         self._wait_each(fn, requests)
 
-    def fast_copy(self, pe: int, offset: int, local: np.ndarray, to_peer: bool) -> bool:
-        """The small-call fast path (``DirectCopies``) to PE ``pe`` on another node: contiguous
-        ``local`` into (``to_peer``) or out of PE ``pe``'s heap at ``offset``, complete on
-        return: one request (ucx: the engine's blocking copy; the NIC's paths: its local
-        bytes' kept registration); else False."""
-        kind = self.kinds[pe]
-        if kind not in REMOTE_TRANSPORTS or local.nbytes > mlx5.MAX_MESSAGE:
+    def _copy_through_nic(self, pe: int, offset: int, local: np.ndarray, to_peer: bool) -> bool:
+        """``copy_small`` through the emulated NIC (ibgda, proxy): one request, its local
+        bytes' registration kept (``recent``); False where PE ``pe`` is unreachable or
+        ``local`` exceeds one message."""
+        if self.kinds[pe] not in REMOTE_TRANSPORTS or local.nbytes > mlx5.MAX_MESSAGE:
             return False
         fn = "pgas.put" if to_peer else "pgas.get"
         raddr, laddr = self.nic.remote[pe].base + offset, address_of(local)
-        if kind == "ucx":
-            self.engine.copy_now(fn, pe, raddr, laddr, local.nbytes, to_peer)
-            return True
         lkey, temporary = self._local_key_at(laddr, local.nbytes)
         try:
             self.engine.wait(fn, self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe, raddr, laddr=laddr,

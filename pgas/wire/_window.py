@@ -69,14 +69,20 @@ _call4 = types.ExternalFunction("pgas_window_call4", types.int32(*[types.int64] 
 _launch = types.ExternalFunction("pgas_window_launch", types.int32(*[types.int64] * 4))
 
 
+def _pointer_codegen(context, builder, sig, args):
+    return builder.inttoptr(args[0], context.get_value_type(sig.return_type))
+
+
 @intrinsic
 def words_at(typingctx, address):
     """The int64 words at ``address`` (a pointer for ``carray``)."""
-    signature = types.CPointer(types.int64)(types.int64)
+    return types.CPointer(types.int64)(types.int64), _pointer_codegen
 
-    def codegen(context, builder, sig, args):
-        return builder.inttoptr(args[0], context.get_value_type(sig.return_type))
-    return signature, codegen
+
+@intrinsic
+def bytes_at(typingctx, address):
+    """The bytes at ``address`` (a pointer for ``carray``)."""
+    return types.CPointer(types.uint8)(types.int64), _pointer_codegen
 
 
 @njit(nogil=True, cache=True)
