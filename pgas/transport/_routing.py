@@ -60,8 +60,9 @@ class Transports:
                       for pe in range(boot.n_pes)]
         self.engine = self.heap_region = None
         # copy_small(pe, offset, local, to_peer): the small-call fast path (``DirectCopies``)
-        # to PE pe on another node, contiguous ``local`` into (``to_peer``) or out of its heap
-        # at ``offset``, complete on return (then True; False: take the general path)
+        # to PE pe on another node, numpy ``local`` into (``to_peer``) or out of its heap at
+        # ``offset``, complete on return (then True; False: take the general path, as for
+        # a ``local`` that is not C-contiguous)
         self.copy_small = self._copy_through_nic
         self.engines: dict = {}          # remote transport name -> its engine, made on first use
         self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
@@ -359,9 +360,9 @@ class Transports:
 
     def _copy_through_nic(self, pe: int, offset: int, local: np.ndarray, to_peer: bool) -> bool:
         """``copy_small`` through the emulated NIC (ibgda, proxy): one request, its local
-        bytes' registration kept (``recent``); False where PE ``pe`` is unreachable or
-        ``local`` exceeds one message."""
-        if self.kinds[pe] not in REMOTE_TRANSPORTS or local.nbytes > mlx5.MAX_MESSAGE:
+        bytes' registration kept (``recent``); False where PE ``pe`` is unreachable,
+        ``local`` exceeds one message or is not C-contiguous."""
+        if self.kinds[pe] not in REMOTE_TRANSPORTS or local.nbytes > mlx5.MAX_MESSAGE or not local.flags.c_contiguous:
             return False
         fn = "pgas.put" if to_peer else "pgas.get"
         raddr, laddr = self.nic.remote[pe].base + offset, address_of(local)

@@ -216,11 +216,12 @@ def copy_once(table, to_peer, offset, local):
     until it completes, at most ``WAIT_SPINS`` rounds (``ONE_SIDED_SPINS`` where it went
     one-sided: its completion is this PE's own work). -1 when it completed unrefused (its
     slot freed); its ticket when the caller must wait for it; -2 when ``post`` could not
-    take it now (the caller submits it as any request); -3 above one message's size. The
+    take it now (the caller submits it as any request); -3 above one message's size, or
+    where ``local`` is not C-contiguous (the general path copies it first). The
     engine's arrays come by address in ``table``: four arguments are typed in a fifth of
     the time of its fourteen (this is the whole of a small put between nodes)."""
     nbytes = local.nbytes
-    if nbytes > mlx5.MAX_MESSAGE:
+    if nbytes > mlx5.MAX_MESSAGE or not local.flags.c_contiguous:
         return -3
     t = table
     ring = carray(words_at(t[T_RING]), (t[T_RING_WORDS],))
@@ -461,7 +462,8 @@ class Ucx:
         (``to_peer``) or out of PE ``pe``'s heap at ``offset``, complete on return (True):
         posted and, most often, completed in one native call (``copy_once``); else waited
         for as any request (or, when it could not be posted at once, sent as any). False
-        above one message's size (the general path refuses it)."""
+        above one message's size (the general path refuses it) or where ``local`` is not
+        C-contiguous (the general path copies it first)."""
         ticket = copy_once(self._copy_tables[pe], to_peer, offset, local)
         if ticket != -1 or self.errors:
             return self._finish_copy(pe, to_peer, offset, local, ticket)
@@ -469,7 +471,7 @@ class Ucx:
 
     def _finish_copy(self, pe: int, to_peer: bool, offset: int, local: np.ndarray, ticket: int) -> bool:
         """``copy_small`` after ``copy_once``: its request sent (-2) and waited for, then the
-        failures of earlier requests nobody waited for; False above one message's size (-3)."""
+        failures of earlier requests nobody waited for; False for what it did not take (-3)."""
         if ticket == -3:
             return False
         fn = "pgas.put" if to_peer else "pgas.get"
