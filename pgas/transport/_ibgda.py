@@ -22,13 +22,16 @@ import itertools
 import threading
 
 import numpy as np
+from numba import carray, njit, types
 
 from ..core._errors import PgasError
 from ..core._waiting import Naps, Wait, sleep_until
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
+from ..wire import _nic_code as nic_code, _ucp as ucp
 from ..wire._nic_queues import NicQueues
+from ..wire._window import bytes_at, words_at
 from ..wire._worker import WAIT_SPINS, next_wait_pause
 from . import _ibgda_code as code
 from ._ibgda_ir import AMO_ADD, GET, OP_NAMES, PUT, PUT_INLINE, atomic_segments
@@ -42,6 +45,34 @@ _KIND = {PUT: code.KIND_DATA, PUT_INLINE: code.KIND_INLINE, GET: code.KIND_DATA}
 # operand words are numpy uint64s, as atomic_segments makes them: one type for numba's
 # post_and_ring whatever the request (each new type would compile it again, mid-run)
 _NO_OPERANDS = (np.uint64(0),) * 4
+# the queue's ``ibgda_progress`` (its collapsed CQE read, the completion floor advanced;
+# the floor), callable from numba once ``Ibgda`` has registered it with the native NIC
+_queue_progress = types.ExternalFunction("pgas_ibgda_progress", types.uint64(types.int64))
+_WAITED, _LAST, _FLOOR = code.W["waited"], code.W["last"], code.W["floor"]
+
+
+@njit(cache=True)
+def copy_once(table, keys, wqes, worker, waiters, q, descriptor, depth, opcode, raddr, rkey, lkey, laddr, nbytes):
+    """A WQE moving ``nbytes`` between ``laddr`` (registered: ``lkey``) and ``raddr``
+    (``rkey``) that the caller waits for, posted on queue ``q`` of the native NIC (its
+    descriptor at ``descriptor``, ``depth`` blocks) and rung, then the worker progressed
+    (at most ``WAIT_SPINS`` rounds) until its CQE: -1 when it completed unrefused (its
+    block free again); its first block when the caller must wait for it (``Ibgda.wait``:
+    not yet complete, or refused); -2 when the queue had no room (the caller submits it
+    as any request). One native call for what took a dozen Python ones; it keeps the
+    interpreter lock throughout, so no other thread reads the queue's CQEs meanwhile."""
+    posted = nic_code.post_and_ring(table, keys, wqes, q, descriptor, code.KIND_DATA, opcode, raddr, rkey, lkey,
+                                    laddr, nbytes, 0, 0, 0, 0, 1)
+    if posted < 0:
+        return -2
+    start = posted >> 1
+    nic_code.progress_until(worker, waiters, table, keys, wqes, nic_code.row_of(q) + nic_code.Q_DONE, start + 1,
+                            WAIT_SPINS)
+    # the floor stops at a refused WQE until its error is read (``Ibgda._read_errors``)
+    if _queue_progress(descriptor) <= start:
+        return start
+    carray(bytes_at(carray(words_at(descriptor), (_WAITED + 1,))[_WAITED]), (depth,))[start % depth] = 0
+    return -1
 
 
 class DeviceQueue:
@@ -64,6 +95,7 @@ class DeviceQueue:
         self.descriptor[code.W["depth"]] = depth
         self.descriptor[code.W["qpn"]] = self.qp.qpn
         self.address = self.descriptor.__array_interface__["data"][0]
+        self.words = memoryview(self.descriptor)    # its words as Python ints (a third of numpy's reads)
         self.qp.rung = self.descriptor[code.W["rung"]:code.W["rung"] + 1]
         self.descriptor[code.W["rung_at"]] = self.qp.rung.__array_interface__["data"][0]
         self.sleepers: list = []        # heap of (completion floor awaited, id, event)
@@ -73,7 +105,7 @@ class DeviceQueue:
         self.row = native.add(self.qp, endpoint, int(self.descriptor[code.W["rung_at"]]), polled) if native else -1
 
     def counter(self, name: str) -> int:
-        return int(self.descriptor[code.W[name]])
+        return self.words[code.W[name]]
 
     @property
     def unread_errors(self) -> bool:
@@ -90,8 +122,11 @@ class Ibgda:
         self.timeout = timeout
         self.native = native
         self._code = code.compiled()
-        # with the native NIC: post and ring in one native call
+        # with the native NIC: post and ring in one native call; a blocking copy, posted and completed in one
         self._post_and_ring = native.poster(self._code.post_address) if native is not None else None
+        if native is not None:
+            ucp.register_symbol("ibgda_progress", self._code.progress_address)
+            self._copy_once = native.bound(copy_once)
         self.errors: list[str] = []           # failures of requests nobody waits for, for quiet
         self._failed: dict[tuple, tuple] = {}   # (queue pair number, WQE index) -> refusal of a waited request
         self._errors_lock = threading.Lock()
@@ -145,6 +180,26 @@ class Ibgda:
             clock.pause(lambda: f"room in the send queue to PE {pe} ({queue.qp.depth} basic blocks in flight)")
         return queue, posted >> 1, op, size
 
+    def copy_now(self, fn: str, pe: int, raddr: int, laddr: int, lkey: int, nbytes: int, to_peer: bool) -> None:
+        """A put (``to_peer``) or get of ``nbytes`` at ``laddr`` (registered: ``lkey``) and
+        ``raddr`` of PE ``pe``'s heap, complete on return: with the native NIC posted and,
+        most often, completed in one native call (``copy_once``); else waited for as any
+        request (or, when the queue had no room, submitted as any)."""
+        op = PUT if to_peer else GET
+        queue = self.queues[pe]
+        start = -2
+        if self.native is not None:
+            start = self._copy_once(queue.row, queue.address, queue.qp.depth, _OPCODE[op], raddr,
+                                    self.nic.remote[pe].rkey, lkey, laddr, nbytes)
+            if start == -1:
+                if self.errors:
+                    self.raise_failures(fn)
+                return
+        ticket = self.submit(fn, op, pe, raddr, laddr=laddr, lkey=lkey, nbytes=nbytes) if start == -2 else \
+            (queue, start, op, nbytes)
+        self.wait(fn, ticket)
+        self.raise_failures(fn)
+
     def _post(self, queue: DeviceQueue, kind, opcode, raddr, rkey, lkey, laddr, nbytes, operands, waited) -> int:
         """Post one WQE (``ibgda_post``'s arguments) and ring the doorbell when the post
         says so; what the post returned (-1: no room)."""
@@ -181,11 +236,13 @@ class Ibgda:
     def quiet(self, fn: str, pes=None) -> None:
         """Wait until every request posted so far (to the PEs in set ``pes``: each has its
         own queue) is complete; raise the first failure of a request nobody waited for."""
-        for queue in self._all_queues():
+        for queue in self._all_queues() if self.lanes.several else self.queues.values():
             if pes is not None and queue.peer not in pes:
                 continue
-            last = queue.counter("last")      # the newest published WQE's index + 1
-            if last and self._poll(queue) < last:
+            words = queue.words
+            last = words[_LAST]      # the newest published WQE's index + 1
+            # (the floor stops at a refused WQE until its error is read: past ``last``, nothing to read)
+            if last and words[_FLOOR] < last and self._poll(queue) < last:
                 self._sleep_until(fn, queue, last, lambda: self._poll(queue) >= last,
                                   lambda: f"the NIC to complete {last - queue.counter('floor')} basic blocks "
                                           f"of WQEs to PE {queue.peer}")

@@ -128,6 +128,12 @@ class Proxy:
             self._freed += 1
         return self._freed
 
+    def copy_now(self, fn: str, pe: int, raddr: int, laddr: int, lkey: int, nbytes: int, to_peer: bool) -> None:
+        """A put (``to_peer``) or get of ``nbytes`` at ``laddr`` (registered: ``lkey``) and
+        ``raddr`` of PE ``pe``'s heap, complete on return: one request, waited for."""
+        self.wait(fn, self.submit(fn, PUT if to_peer else GET, pe, raddr, laddr=laddr, lkey=lkey, nbytes=nbytes))
+        self.raise_failures(fn)
+
     def wait(self, fn: str, ticket: int) -> int:
         """Wait for request ``ticket``; its fetched value (atomics), or PgasError if refused."""
         slot = self.ring[ticket % CAPACITY]

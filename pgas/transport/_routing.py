@@ -368,9 +368,7 @@ class Transports:
         raddr, laddr = self.nic.remote[pe].base + offset, address_of(local)
         lkey, temporary = self._local_key_at(laddr, local.nbytes)
         try:
-            self.engine.wait(fn, self.engine.submit(fn, proxy.PUT if to_peer else proxy.GET, pe, raddr, laddr=laddr,
-                                                    lkey=lkey, nbytes=local.nbytes))
-            self.engine.raise_failures(fn)
+            self.engine.copy_now(fn, pe, raddr, laddr, lkey, local.nbytes, to_peer)
         finally:
             if temporary is not None:
                 self.recent.release(temporary)

@@ -359,7 +359,9 @@ def flushed(table, q, last, status):
 def _flush_writes(table, q):
     """``ucp_ep_flush_nbx`` after queue ``q``'s one-sided writes that no flush follows yet,
     if any (they are done when it completes: ``flushed``). The newest one-sided write that
-    may not be done yet, or -1."""
+    may not be done yet, or -1. (The worker's flush completes in one round of progress
+    where the endpoint's takes two, but here it made UCX 1.18's progress crash in the PE
+    suites, a SIGSEGV under ``ucp_worker_progress``; why was not found.)"""
     row = row_of(q)
     last = table[row + Q_WRITTEN] - 1
     if table[row + Q_WRITTEN] > table[row + Q_FLUSHED]:

@@ -135,6 +135,13 @@ class NicQueues:
         ucp.register_symbol("queue_post", post_address)
         return functools.partial(code.post_and_ring, self.table, self.nic.keys.rows, self._wqes)
 
+    def bound(self, function):
+        """``function`` given this NIC's table, keys, WQE scratch, worker and the worker's
+        waiters count as its first five arguments: a requester's native call that posts,
+        rings and progresses (``pgas.transport._ibgda.copy_once``)."""
+        return functools.partial(function, self.table, self.nic.keys.rows, self._wqes, self.worker.handle,
+                                 self.worker.waiters)
+
     def ring(self, q: int, waited: bool) -> None:
         """The doorbell of queue ``q``; ``waited``: the caller will wait for its WQE (``_nic_code.ring``)."""
         code.ring(self.table, q, self.nic.keys.rows, self._wqes, waited)
