@@ -22,7 +22,7 @@ import itertools
 import threading
 
 import numpy as np
-from numba import carray, njit, types
+from numba import carray, njit, typeof, types
 
 from ..core._errors import PgasError
 from ..core._waiting import Naps, Wait, sleep_until
@@ -49,6 +49,7 @@ _NO_OPERANDS = (np.uint64(0),) * 4
 # the floor), callable from numba once ``Ibgda`` has registered it with the native NIC
 _queue_progress = types.ExternalFunction("pgas_ibgda_progress", types.uint64(types.int64))
 _WAITED, _LAST, _FLOOR = code.W["waited"], code.W["last"], code.W["floor"]
+_COPY_OPCODES = (mlx5.OP_RDMA_READ, mlx5.OP_RDMA_WRITE)      # [to_peer]
 
 
 @njit(cache=True)
@@ -82,8 +83,9 @@ class DeviceQueue:
 
     def __init__(self, nic: Nic, peer: int, allocate=np.zeros, native=None, endpoint: int = 0, polled: bool = False):
         self.peer = peer
+        self.heap_base, self.heap_rkey = nic.remote[peer].base, nic.remote[peer].rkey     # the peer's heap
         self.qp = nic.create_qp(peer, collapsed=True, allocate=allocate, served=native is None)
-        depth = self.qp.depth
+        self.depth = depth = self.qp.depth
         self.cells = allocate(depth, np.uint64)          # fetched values, one per basic block
         self.cells_region = nic.register(self.cells.view(np.uint8), ACCESS_LOCAL)
         self.waited = allocate(depth, np.uint8)          # a blocking caller still reads the result
@@ -126,7 +128,10 @@ class Ibgda:
         self._post_and_ring = native.poster(self._code.post_address) if native is not None else None
         if native is not None:
             ucp.register_symbol("ibgda_progress", self._code.progress_address)
-            self._copy_once = native.bound(copy_once)
+            # its compiled form, called without the dispatcher's typing of 14 arguments (a
+            # tenth of the call): their types never change (the rest are Python ints)
+            arguments = (native.table, native.nic.keys.rows, native.wqes, native.worker.handle, native.worker.waiters)
+            self._copy_once = native.bound(copy_once.compile((*map(typeof, arguments), *[types.int64] * 9)))
         self.errors: list[str] = []           # failures of requests nobody waits for, for quiet
         self._failed: dict[tuple, tuple] = {}   # (queue pair number, WQE index) -> refusal of a waited request
         self._errors_lock = threading.Lock()
@@ -180,24 +185,29 @@ class Ibgda:
             clock.pause(lambda: f"room in the send queue to PE {pe} ({queue.qp.depth} basic blocks in flight)")
         return queue, posted >> 1, op, size
 
-    def copy_now(self, fn: str, pe: int, raddr: int, laddr: int, lkey: int, nbytes: int, to_peer: bool) -> None:
+    def copy_now(self, pe: int, offset: int, laddr: int, lkey: int, nbytes: int, to_peer: bool) -> None:
         """A put (``to_peer``) or get of ``nbytes`` at ``laddr`` (registered: ``lkey``) and
-        ``raddr`` of PE ``pe``'s heap, complete on return: with the native NIC posted and,
+        ``offset`` of PE ``pe``'s heap, complete on return: with the native NIC posted and,
         most often, completed in one native call (``copy_once``); else waited for as any
         request (or, when the queue had no room, submitted as any)."""
-        op = PUT if to_peer else GET
         queue = self.queues[pe]
-        start = -2
         if self.native is not None:
-            start = self._copy_once(queue.row, queue.address, queue.qp.depth, _OPCODE[op], raddr,
-                                    self.nic.remote[pe].rkey, lkey, laddr, nbytes)
-            if start == -1:
-                if self.errors:
-                    self.raise_failures(fn)
-                return
-        ticket = self.submit(fn, op, pe, raddr, laddr=laddr, lkey=lkey, nbytes=nbytes) if start == -2 else \
-            (queue, start, op, nbytes)
-        self.wait(fn, ticket)
+            start = self._copy_once(queue.row, queue.address, queue.depth, _COPY_OPCODES[to_peer],
+                                    queue.heap_base + offset, queue.heap_rkey, lkey, laddr, nbytes)
+            if start != -1 or self.errors:
+                self._finish_copy(queue, start, offset, laddr, lkey, nbytes, to_peer)
+        else:
+            self._finish_copy(queue, -2, offset, laddr, lkey, nbytes, to_peer)
+
+    def _finish_copy(self, queue: DeviceQueue, start: int, offset: int, laddr: int, lkey: int, nbytes: int,
+                     to_peer: bool) -> None:
+        """``copy_now``'s request that ``copy_once`` did not complete: submitted (-2) and
+        waited for; then the failures of requests nobody waited for."""
+        fn, op = ("pgas.put", PUT) if to_peer else ("pgas.get", GET)
+        if start != -1:
+            ticket = self.submit(fn, op, queue.peer, queue.heap_base + offset, laddr=laddr, lkey=lkey,
+                                 nbytes=nbytes) if start == -2 else (queue, start, op, nbytes)
+            self.wait(fn, ticket)
         self.raise_failures(fn)
 
     def _post(self, queue: DeviceQueue, kind, opcode, raddr, rkey, lkey, laddr, nbytes, operands, waited) -> int:

@@ -128,10 +128,12 @@ class Proxy:
             self._freed += 1
         return self._freed
 
-    def copy_now(self, fn: str, pe: int, raddr: int, laddr: int, lkey: int, nbytes: int, to_peer: bool) -> None:
+    def copy_now(self, pe: int, offset: int, laddr: int, lkey: int, nbytes: int, to_peer: bool) -> None:
         """A put (``to_peer``) or get of ``nbytes`` at ``laddr`` (registered: ``lkey``) and
-        ``raddr`` of PE ``pe``'s heap, complete on return: one request, waited for."""
-        self.wait(fn, self.submit(fn, PUT if to_peer else GET, pe, raddr, laddr=laddr, lkey=lkey, nbytes=nbytes))
+        ``offset`` of PE ``pe``'s heap, complete on return: one request, waited for."""
+        fn, op = ("pgas.put", PUT) if to_peer else ("pgas.get", GET)
+        self.wait(fn, self.submit(fn, op, pe, self.nic.remote[pe].base + offset, laddr=laddr, lkey=lkey,
+                                  nbytes=nbytes))
         self.raise_failures(fn)
 
     def wait(self, fn: str, ticket: int) -> int:

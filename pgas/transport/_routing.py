@@ -362,13 +362,13 @@ class Transports:
         """``copy_small`` through the emulated NIC (ibgda, proxy): one request, its local
         bytes' registration kept (``recent``); False where PE ``pe`` is unreachable,
         ``local`` exceeds one message or is not C-contiguous."""
-        if self.kinds[pe] not in REMOTE_TRANSPORTS or local.nbytes > mlx5.MAX_MESSAGE or not local.flags.c_contiguous:
+        nbytes = local.nbytes
+        if self.kinds[pe] not in REMOTE_TRANSPORTS or nbytes > mlx5.MAX_MESSAGE or not local.flags.c_contiguous:
             return False
-        fn = "pgas.put" if to_peer else "pgas.get"
-        raddr, laddr = self.nic.remote[pe].base + offset, address_of(local)
-        lkey, temporary = self._local_key_at(laddr, local.nbytes)
+        laddr = address_of(local)
+        lkey, temporary = self._local_key_at(laddr, nbytes)
         try:
-            self.engine.copy_now(fn, pe, raddr, laddr, lkey, local.nbytes, to_peer)
+            self.engine.copy_now(pe, offset, laddr, lkey, nbytes, to_peer)
         finally:
             if temporary is not None:
                 self.recent.release(temporary)

@@ -66,7 +66,7 @@ class NicQueues:
             self._write_params.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWER, on_answer, self.table.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWERS, on_answers, self.table.ctypes.data)
-        self._wqes = np.zeros(DEPTH, mlx5.WQE_FIELDS)
+        self.wqes = np.zeros(DEPTH, mlx5.WQE_FIELDS)         # room to decode a queue's worth of WQEs
         self._no_batches = batch.new_batches([], self._send_params.ctypes.data)   # the thread sends none
         self.worker.start(self._no_batches, (self.table, nic.keys.rows, np.zeros(DEPTH, mlx5.WQE_FIELDS)))
         self._queues = 0
@@ -133,18 +133,18 @@ class NicQueues:
         doorbell when it says so, in one native call (``_nic_code.post_and_ring``). What
         the poster returned."""
         ucp.register_symbol("queue_post", post_address)
-        return functools.partial(code.post_and_ring, self.table, self.nic.keys.rows, self._wqes)
+        return functools.partial(code.post_and_ring, self.table, self.nic.keys.rows, self.wqes)
 
     def bound(self, function):
         """``function`` given this NIC's table, keys, WQE scratch, worker and the worker's
         waiters count as its first five arguments: a requester's native call that posts,
         rings and progresses (``pgas.transport._ibgda.copy_once``)."""
-        return functools.partial(function, self.table, self.nic.keys.rows, self._wqes, self.worker.handle,
+        return functools.partial(function, self.table, self.nic.keys.rows, self.wqes, self.worker.handle,
                                  self.worker.waiters)
 
     def ring(self, q: int, waited: bool) -> None:
         """The doorbell of queue ``q``; ``waited``: the caller will wait for its WQE (``_nic_code.ring``)."""
-        code.ring(self.table, q, self.nic.keys.rows, self._wqes, waited)
+        code.ring(self.table, q, self.nic.keys.rows, self.wqes, waited)
 
     def cqes_written(self, q: int) -> int:
         """CQEs written to queue ``q``'s CQ so far (its error CQ's, when collapsed)."""
@@ -160,7 +160,7 @@ class NicQueues:
         passed ``floor``); True when they are."""
         word = G_COMPLETIONS if q < 0 else self._row(q) + Q_DONE
         return code.progress_until(self.worker.handle, self.worker.waiters, self.table, self.nic.keys.rows,
-                                   self._wqes, word, floor, spins)
+                                   self.wqes, word, floor, spins)
 
     def close(self) -> None:
         """After every PE is done with this one (a barrier): the worker, its thread, its
