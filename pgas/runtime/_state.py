@@ -52,6 +52,7 @@ class Runtime:
     # Per team slot, [eager collectives called so far, the highest call number every member
     # is known to have published] (_eager); the heap offset of their staging buffers
     # (EAGER_REGIONS, EAGER_BYTES, EAGER_FIRST; None on the cuda backend).
+    eager_counts: np.ndarray = field(init=False)
     eager_state: list = field(init=False)
     eager_offset: int | None = field(init=False, default=None)
     # The heap offset of the PEs' wake words (``core.native._wake_words``; simulator backend, where
@@ -107,7 +108,10 @@ class Runtime:
             if team is not None:
                 self.set_team(slot, team)
         self.collective_calls = [0] * MAX_TEAMS
-        self.eager_state = [[0, 0] for _ in range(MAX_TEAMS)]
+        # per team slot: [eager calls so far, the highest call every member is known to have
+        # published], read and written by Python through memoryviews and by native code
+        self.eager_counts = np.zeros((MAX_TEAMS, 2), np.int64)
+        self.eager_state = [memoryview(row) for row in self.eager_counts]
 
     def set_team(self, slot: int, team) -> None:
         """Put ``team`` (or None: free the slot) in ``slot``, here and in the device state."""
@@ -120,7 +124,7 @@ class Runtime:
         self.heap.zero(self._sync_offset + slot * (n + 1) * 8, (n + 1) * 8)
         self.heap.zero(self._collective_offset + slot * COLLECTIVE_WORDS * 8, COLLECTIVE_WORDS * 8)
         self.collective_calls[slot] = 0
-        self.eager_state[slot][:] = [0, 0]
+        self.eager_counts[slot] = 0
         self.collective_cache.pop(slot, None)
         self.eager_staging.pop(slot, None)
 

@@ -24,7 +24,8 @@ from ..nic import _mlx5 as mlx5
 from . import _native, _ucp as ucp
 from ._atomics import AMO_ADD, AMO_AND, AMO_CAS, AMO_FETCH, AMO_OR, AMO_SWAP, AMO_XOR, atomics, spin_lock, spin_unlock
 
-__all__ = ["WINDOW_WORDS", "KERNEL_ARGS", "NativeWindow", "read", "write", "atomic", "as_mlx5", "symbols"]
+__all__ = ["WINDOW_WORDS", "KERNEL_ARGS", "NativeWindow", "read", "write", "atomic", "as_mlx5", "symbols", "call4",
+           "words_at", "bytes_at"]
 
 W_LOCK, W_CONTEXT, W_STREAM, W_STAGING, W_STAGING_BYTES, W_KERNEL, W_CELL, W_GET_CONTEXT, W_SET_CONTEXT, \
     W_COPY_OUT, W_COPY_IN, W_SYNCHRONIZE, W_LAUNCH, W_FAILURES, W_SAVED = range(15)
@@ -65,7 +66,7 @@ class _Trampolines:
 
 symbols = built_once(_Trampolines)      # what read, write and atomic call (and libc, the atomics), registered
 _call1 = types.ExternalFunction("pgas_window_call1", types.int32(types.int64, types.int64))
-_call4 = types.ExternalFunction("pgas_window_call4", types.int32(*[types.int64] * 5))
+call4 = types.ExternalFunction("pgas_window_call4", types.int32(*[types.int64] * 5))
 _launch = types.ExternalFunction("pgas_window_launch", types.int32(*[types.int64] * 4))
 
 
@@ -120,9 +121,9 @@ def _through_staging(window, device, host, nbytes, to_device):
         length = min(room, nbytes - done)
         if to_device:
             _native.memcpy(staging, host + done, length)
-            ok = _call4(w[W_COPY_IN], device + done, staging, length, stream) == 0
+            ok = call4(w[W_COPY_IN], device + done, staging, length, stream) == 0
         else:
-            ok = _call4(w[W_COPY_OUT], staging, device + done, length, stream) == 0
+            ok = call4(w[W_COPY_OUT], staging, device + done, length, stream) == 0
         ok = ok and _call1(w[W_SYNCHRONIZE], stream) == 0
         if ok and not to_device:
             _native.memcpy(host + done, staging, length)

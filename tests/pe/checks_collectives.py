@@ -1,4 +1,6 @@
 """Host collectives against numpy: every collective x op x dtype x size x algorithm x team."""
+import time
+
 import numpy as np
 import pytest
 
@@ -344,6 +346,25 @@ def check_a_repeated_eager_all_reduce_folds_with_compiled_code_and_numpys_result
             assert target.copy_to_host().tobytes() == want.tobytes(), (dtype, op, step)
         for a in (dest, src):
             pgas.free(a)
+
+
+def check_a_compiled_eager_all_reduce_waits_for_a_late_member():
+    """The kept all-reduce's native body (``host/collectives/_eager_code.py``) when a member
+    is late: each step one PE in turn arrives 2 ms after the others, who then publish and
+    go on waiting in Python; every PE still gets every step's sum, from two kept calls."""
+    from pgas.host.collectives._eager import COMPILE_AFTER
+    me, n = pgas.my_pe(), pgas.n_pes()
+    src, dest = pgas.empty(8, np.int64), pgas.empty(4, np.int64)
+    halves = src[:4], src[4:]       # the same objects every step: two kept calls
+    for step in range(2 * COMPILE_AFTER + 12):
+        src.copy_to_device(np.arange(8, dtype=np.int64) * (me + 1) + step)
+        if step > 2 * COMPILE_AFTER and step % n == me:
+            time.sleep(0.002)
+        pgas.reduce(pgas.TEAM_WORLD, dest, halves[step % 2])
+        part = np.arange(4) + 4 * (step % 2)
+        assert dest.copy_to_host().tolist() == (part * n * (n + 1) // 2 + n * step).tolist(), (step, me)
+    for a in (dest, src):
+        pgas.free(a)
 
 
 def check_kept_calls_follow_new_arrays_and_new_teams():

@@ -20,10 +20,12 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from numba import typeof
 
 from ...core._reductions import OPS, reduce_into
 from ...core._waiting import HOST_WAIT_BACKOFF_S, Wait
 from ...runtime._state import EAGER_BYTES, EAGER_FIRST, EAGER_REGIONS
+from . import _eager_code
 from ._fold_code import compiled_fold
 
 __all__ = ["EAGER_WORD", "capacity", "usable", "runner"]
@@ -55,15 +57,26 @@ def _staging(rt, team) -> list:
     return rt.eager_staging[team.handle]
 
 
-def _compiled_runner(fold, d, regions, contribute, gather):
-    """An eager all-reduce's body that folds with compiled code (``_fold_code``): one call
-    with the addresses of ``d`` and of the call's staging buffers."""
+def _compiled_runner(fold, call, regions, contribute, gather, polls: int):
+    """A kept eager all-reduce's body in compiled code: one native call
+    (``_eager_code.reduce_now``) where no member is behind, else the rest of it here, the
+    fold compiled (``_fold_code``) with the addresses of ``dest`` and of the call's staging
+    buffers (``src`` and ``dest``: the call's 1-D contiguous views)."""
+    rt, team, d = call.rt, call.team, call.d
+    row = rt.collective_words[call.slot][EAGER_WORD:EAGER_WORD + 1]
+    words = [rt.heap.view_on(pe, row, call.fn, "the team's progress words") for pe in team.pes]
+    table = _eager_code.table(rt.eager_counts[team.handle], call.s, d, fold, words, regions, team.my_index, polls)
+    reduce_now = _eager_code.reduce_now.compile((typeof(table),))     # (one type: no dispatch per call)
     keep = [np.array([buffer.ctypes.data for buffer in buffers], np.uint64) for buffers in regions]
     sources = [addresses.ctypes.data for addresses in keep]
     out, n, count = d.ctypes.data, len(regions[0]), d.size
 
-    def run(keep=keep):   # (the default holds the address arrays as long as the body lives)
-        number, _ = contribute()
+    def run(keep=keep, words=words):   # (the defaults hold what the addresses point to)
+        number = reduce_now(table)
+        if number == -1:
+            return
+        if number == 0:
+            number, _ = contribute()
         gather(number)
         fold(out, sources[number % EAGER_REGIONS], n, count)
     return run
@@ -138,7 +151,7 @@ def runner(call, kind: str, extra):
             if calls_left[0] == 0:
                 fold = compiled_fold(s.dtype, extra)
                 if fold is not None:
-                    compiled.append(_compiled_runner(fold, d, regions, contribute, gather))
+                    compiled.append(_compiled_runner(fold, call, regions, contribute, gather, polls))
     elif kind == "fcollect":
         blocks = [d[r * s.size:(r + 1) * s.size] for r in range(team.size)]
         copies = [list(zip(blocks, buffers)) for buffers in regions]
