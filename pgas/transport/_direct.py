@@ -8,10 +8,10 @@ is one copy: a ``memmove`` (cffi's) to or from the peer's mapping at the symmetr
 heap offset, which is cached by array object; when the same object comes again with a
 numpy array of its size and dtype (up to 1 MiB), a numpy assignment into a view of the
 peer's copy (made once, kept with the offset), which costs less than the ``memmove`` call.
-To a PE on another node the same call goes to ``remote`` (one blocking request of the
-remote engine, ``Transports.copy_small``), skipping the same checks. Anything else returns
-False and takes the general path, which checks everything and raises the errors: this
-module never decides an error, it only skips work.
+To a PE on another node the same call is one blocking request of the remote engine
+(``Transports.copy_small``: one native call for the ucx and ibgda paths), skipping the
+same checks. Anything else returns False and takes the general path, which checks
+everything and raises the errors: this module never decides an error, it only skips work.
 """
 from __future__ import annotations
 
