@@ -206,7 +206,7 @@ def _post_one_sided(ring, batches, at_row, ticket, op, rkey, raddr, nbytes, ladd
 # ``copy_once``'s table (``Ucx._copy_tables``, one per peer): the engine's arrays by
 # address, then the peer's row, PE number, rkey and heap base
 (T_RING, T_RING_WORDS, T_BATCHES, T_BATCH_WORDS, T_HEADERS, T_PLAIN_PARAMS, T_SLOT_PARAMS, T_PARAM_BYTES,
- T_SLOT_CELLS, T_WORKER, T_WAITERS, T_ROW, T_PE, T_RKEY, T_BASE, TABLE_WORDS) = range(16)
+ T_SLOT_CELLS, T_WORKER, T_WAITERS, T_ROW, T_PE, T_RKEY, T_BASE) = range(15)
 
 
 @njit(cache=True)

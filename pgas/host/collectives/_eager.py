@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from numba import typeof
+from numba import typeof, types
 
 from ...core._reductions import OPS, reduce_into
 from ...core._waiting import HOST_WAIT_BACKOFF_S, Wait
@@ -59,26 +59,27 @@ def _staging(rt, team) -> list:
 
 def _compiled_runner(fold, call, regions, contribute, gather, polls: int):
     """A kept eager all-reduce's body in compiled code: one native call
-    (``_eager_code.reduce_now``) where no member is behind, else the rest of it here, the
-    fold compiled (``_fold_code``) with the addresses of ``dest`` and of the call's staging
-    buffers (``src`` and ``dest``: the call's 1-D contiguous views)."""
-    rt, team, d = call.rt, call.team, call.d
+    (``_eager_code.reduce_now``) where no member is behind, else the rest of it here and
+    the fold (``_eager_code.fold_now``: the compiled fold, ``_fold_code``, on the table's
+    addresses of ``dest`` and of the call's staging buffers; ``src`` and ``dest`` are the
+    call's 1-D contiguous views)."""
+    rt, team = call.rt, call.team
     row = rt.collective_words[call.slot][EAGER_WORD:EAGER_WORD + 1]
     words = [rt.heap.view_on(pe, row, call.fn, "the team's progress words") for pe in team.pes]
-    table = _eager_code.table(rt.eager_counts[team.handle], call.s, d, fold, words, regions, team.my_index, polls)
-    reduce_now = _eager_code.reduce_now.compile((typeof(table),))     # (one type: no dispatch per call)
-    keep = [np.array([buffer.ctypes.data for buffer in buffers], np.uint64) for buffers in regions]
-    sources = [addresses.ctypes.data for addresses in keep]
-    out, n, count = d.ctypes.data, len(regions[0]), d.size
+    table = _eager_code.table(rt.eager_counts[team.handle], call.s, call.d, fold, words, regions, team.my_index,
+                              polls)
+    # their compiled forms (one type each: no dispatch per call)
+    reduce_now = _eager_code.reduce_now.compile((typeof(table),))
+    fold_now = _eager_code.fold_now.compile((typeof(table), types.int64))
 
-    def run(keep=keep, words=words):   # (the defaults hold what the addresses point to)
+    def run(words=words):   # (the default holds the words the table points to)
         number = reduce_now(table)
         if number == -1:
             return
         if number == 0:
             number, _ = contribute()
         gather(number)
-        fold(out, sources[number % EAGER_REGIONS], n, count)
+        fold_now(table, number)
     return run
 
 

@@ -18,7 +18,7 @@ from ...runtime._state import EAGER_REGIONS
 from ...wire import _native, _target as target
 from ...wire._window import call4, symbols, words_at
 
-__all__ = ["table", "reduce_now"]
+__all__ = ["table", "reduce_now", "fold_now"]
 
 _ffi = FFI()
 # the table: the team's two eager counts (calls so far, the highest call every member is
@@ -49,7 +49,7 @@ def reduce_now(t):
     """One eager all-reduce on table ``t``: -1 when done; 0 when nothing was done (a member
     has yet to finish reading the call that last used my buffer: the caller runs the
     whole call); else the call's number, contributed and published but not every member's
-    yet (the caller gathers and folds). Every word is read atomically (acquire), mine
+    yet (the caller gathers, then ``fold_now``). Every word is read atomically (acquire), mine
     written so (after my contribution is in its buffer)."""
     n, me, words = t[H_N], t[H_ME], H_WORDS
     state = carray(words_at(t[H_STATE]), (2,))
@@ -74,5 +74,14 @@ def reduce_now(t):
             if not seen:
                 return number
     state[1] = number
-    call4(t[H_FOLD], t[H_OUT], t.ctypes.data + 8 * sources, n, t[H_COUNT])
+    fold_now(t, number)
     return -1
+
+
+@njit(cache=True)
+def fold_now(t, number):
+    """Fold call ``number``'s staging buffers (every member's published) into ``dest``,
+    through the compiled fold's address."""
+    n = t[H_N]
+    sources = H_WORDS + n + (number % EAGER_REGIONS) * n
+    call4(t[H_FOLD], t[H_OUT], t.ctypes.data + 8 * sources, n, t[H_COUNT])
