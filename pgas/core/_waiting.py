@@ -11,7 +11,7 @@ from ._device_errors import device_error, timeout_error, value_waited_for
 from ._errors import PgasTimeoutError
 
 __all__ = ["compare", "check_cmp", "Wait", "HOST_WAIT_BACKOFF_S", "wait_for_value", "sleep_until", "precise_sleeps",
-           "before_waiting", "sleep_on", "Naps", "SHORT_FIRST_NAP_S", "LONG_FIRST_NAP_S"]
+           "before_waiting", "sleep_on", "Naps", "SHORT_FIRST_NAP_S", "LONG_FIRST_NAP_S", "LONG_NAP_S"]
 
 # The longest sleep of a host thread waiting for a word another PE writes (wait_until,
 # signal_wait_until, the host collectives' progress words): waits that only yielded kept
@@ -29,6 +29,9 @@ _sleeper = _answers = None
 # A wait's first sleep on the wake word (they double up to its back-off): see ``sleep_on``.
 _first_nap_s = SHORT_FIRST_NAP_S = 1e-6
 LONG_FIRST_NAP_S = 30e-6
+# A sleep this long or longer is a long nap: a writer on another node wakes it (a message
+# to this PE), where it lets a shorter one end on its own (``_wake_words``).
+LONG_NAP_S = 200e-6
 
 
 def sleep_on(heap, answers, first_nap_s: float = SHORT_FIRST_NAP_S) -> None:
@@ -60,19 +63,25 @@ class _OnWord:
     at each)."""
 
     def __init__(self, word):
-        self.word, self.seen, self.woken, self.armed_at = word, 0, False, None
+        self.word, self.seen, self.woken, self.armed_at, self.long_at = word, 0, False, None, None
 
     def look(self) -> None:
         self.seen = self.word.count()
 
     def sleep(self, seconds: float, plain: float) -> bool:
-        """False when it only set the flag (no sleep yet: check again first)."""
+        """False when it only set the flag (no sleep yet: check again first). A sleep of
+        ``LONG_NAP_S`` or more sets it to say so first (``_wake_words``: writers on other
+        nodes wake only such sleepers)."""
         if self.woken or seconds <= 0:
             time.sleep(plain)
             self.woken = False
         elif self.armed_at != self.seen:
             self.word.arm()
             self.armed_at = self.seen
+            return False
+        elif seconds >= LONG_NAP_S and self.long_at != self.seen:
+            self.word.arm(long=True)
+            self.long_at = self.seen
             return False
         else:
             self.word.sleep(self.seen, seconds)

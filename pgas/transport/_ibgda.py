@@ -29,7 +29,7 @@ from ..core._waiting import Naps, Wait, sleep_until
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
-from ..wire import _nic_code as nic_code, _ucp as ucp
+from ..wire import _cache as wire_cache, _nic_code as nic_code, _ucp as ucp
 from ..wire._nic_queues import NicQueues
 from ..wire._window import bytes_at, words_at
 from ..wire._worker import WAIT_SPINS, next_wait_pause
@@ -123,6 +123,7 @@ class Ibgda:
         self.nic = nic
         self.timeout = timeout
         self.native = native
+        wire_cache.drop_if_stale((copy_once,))      # (it bakes in the native NIC's table layout)
         self._code = code.compiled()
         # with the native NIC: post and ring in one native call; a blocking copy, posted and completed in one
         self._post_and_ring = native.poster(self._code.post_address) if native is not None else None

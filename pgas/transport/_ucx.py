@@ -90,10 +90,9 @@ def free_slots(ring, capacity, failures):
 def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, compare, laddr, waited, rma_params):
     """Take the next free slot of ``ring``, write the request into it and send it to
     the PE of row ``row`` of ``batches`` (a put: ``nbytes`` at ``laddr``). Where that PE's
-    heap is registered for one-sided access (``_rma``), a get and a put (but an inline put
-    of up to 8 bytes nobody waits for) go one-sided (``_post_one_sided``); the rest as
-    messages to its target, those that nobody waits for and that carry at most 8 bytes in
-    that PE's batch. Its ticket; -1 when no slot is free (or a failure must be reported
+    heap is registered for one-sided access (``_rma``), gets and puts (inline ones too) go
+    one-sided (``_post_one_sided``); the rest as messages to its target, those that nobody
+    waits for and that carry at most 8 bytes in that PE's batch. Its ticket; -1 when no slot is free (or a failure must be reported
     first: see ``free_slots``), or when a request ahead of it to that PE must be answered
     first (``ring[R_BLOCKED]``: its ticket + 1): a put or get whose data may land after
     what follows (more than ``target.EAGER_BYTES``: by rendezvous), or a message ahead of a
@@ -109,8 +108,8 @@ def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, 
             return -1
         batches[at_row + batch.P_FENCE] = 0
     ring[target.R_BLOCKED] = 0
-    one_sided = batches[at_row + batch.P_RKEY] != 0 and (op == target.GET or (op == target.PUT
-                                                                               and (waited or nbytes > 8)))
+    one_sided = batches[at_row + batch.P_RKEY] != 0 and (op == target.GET or op == target.PUT
+                                                         or op == target.PUT_INLINE)
     if one_sided:           # requests to one PE are applied in order: the messages ahead first
         last = batches[at_row + batch.P_LAST_SENT]
         if last != 0:
@@ -134,13 +133,20 @@ def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, 
     ring[_AT + target.C_PE * capacity + slot] = pe
     ring[_AT + target.C_RADDR * capacity + slot] = raddr
     ring[_AT + target.C_NBYTES * capacity + slot] = nbytes
+    value_address = headers.ctypes.data + (slot * target.REQUEST_WORDS + target.H_VALUE) * 8
     if one_sided:
+        if op == target.PUT_INLINE or (op == target.PUT and not waited and nbytes <= 8):
+            # its bytes now, kept in its slot's header until it completes (the source may
+            # change after this returns)
+            headers[slot, target.H_VALUE] = value
+            if op == target.PUT:
+                _native.memcpy(value_address, laddr, nbytes)
+            op, laddr = target.PUT, value_address
         return _post_one_sided(ring, batches, at_row, ticket, op, rkey, raddr, nbytes, laddr, waited, rma_params)
     batches[at_row + batch.P_LAST_SENT] = ticket + 1
     h = headers[slot]
     h[0], h[1], h[2], h[3] = ticket, op, size, rkey
     h[4], h[5], h[6], h[7] = raddr, nbytes, value, compare
-    value_address = headers.ctypes.data + (slot * target.REQUEST_WORDS + target.H_VALUE) * 8
     if not waited and op != target.GET and nbytes <= 8:
         if op == target.PUT:            # its bytes now, inline (the source may change after)
             _native.memcpy(value_address, laddr, nbytes)
@@ -295,12 +301,14 @@ class Ucx:
         self._post, self._free_slots, self._flush, self._first_unanswered = post, free_slots, flush, first_unanswered
         self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey, wake)
         # one-sided access: every PE's heap registered with UCX, its key unpacked per endpoint
-        self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size)
+        self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size, wake)
+        self._looks = self._keys.looks(self.worker.endpoints)    # at the peers' wake words, after writes
         # the requester: the ring (its header, then its columns) and the request headers
         self.ring = np.zeros(target.RING_HEADER + target.COLUMNS * CAPACITY, np.int64)
         self._get_receive_params = ucp.request_params(0, on_get_received, self.ring)
-        self.ring[[target.R_CAPACITY, target.R_WORKER, target.R_RECEIVE_PARAMS, target.R_SELF, target.R_WAKE]] = (
-            CAPACITY, self.worker.handle, self._get_receive_params.ctypes.data, self.ring.ctypes.data, answers)
+        self.ring[[target.R_CAPACITY, target.R_WORKER, target.R_RECEIVE_PARAMS, target.R_SELF, target.R_WAKE,
+                   target.R_LOOKS]] = (CAPACITY, self.worker.handle, self._get_receive_params.ctypes.data,
+                                       self.ring.ctypes.data, answers, self._looks.cells.ctypes.data)
         self.columns = self.ring[target.RING_HEADER:].reshape(target.COLUMNS, CAPACITY)
         self._ring_words = memoryview(self.ring)
         self.headers = np.zeros((CAPACITY, target.REQUEST_WORDS), np.int64)
@@ -315,7 +323,7 @@ class Ucx:
         self.worker.handle_messages(target.AM_ANSWER, on_answer, self.ring.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWERS, on_answers, self.ring.ctypes.data)
         # small requests nobody waits for, coalesced per peer (pgas.wire._batch)
-        peers = sorted(self.worker.endpoints)
+        self._peers = peers = sorted(self.worker.endpoints)
         self._row = {pe: row for row, pe in enumerate(peers)}
         self.batches = self._new_batches(self.worker.endpoints)
         self._batch_words = memoryview(self.batches)
@@ -342,6 +350,7 @@ class Ucx:
         self._flush(self.batches)
         self._free_slots(self.ring, CAPACITY, self._failures)
         self._first_unanswered(self.columns[target.C_DONE], 0, 0)
+        rma.wake_if_asleep(0)
 
     def _new_batches(self, endpoints: dict[int, int]) -> np.ndarray:
         """The batches (and one-sided keys) of a lane whose endpoint to PE ``pe`` is ``endpoints[pe]``."""
@@ -417,24 +426,31 @@ class Ucx:
     def _flush_row(self, fn: str, batches: np.ndarray, row: int, deadline: float, pe: int) -> None:
         """Complete the one-sided writes to PE ``pe`` (row ``row`` of lane ``batches``): its
         flag cleared first (a write posted meanwhile sets it again), then ``ucp_ep_flush_nbx``
-        and its wait."""
+        and its wait; then the look at its wake word (``_rma.wake_if_asleep``)."""
         at = batch.GLOBAL_WORDS + row * batch.ROW_WORDS
         batches[at + batch.P_UNFLUSHED] = 0
         request = self.worker.lib.ucp_ep_flush_nbx(int(batches[at + batch.P_ENDPOINT]), self._rma_params[0].ctypes.data)
         self._check_flush(fn, request, [pe])
         self._wait_requests(fn, [request] if request > 0 else [], deadline, [pe])
+        rma.wake_if_asleep(self._looks.address(pe))
 
     def _flush_all(self, fn: str, deadline: float, pes) -> None:
-        """Complete every one-sided write of this PE (``ucp_worker_flush_nbx``), if any lane has one."""
+        """Complete every one-sided write of this PE (``ucp_worker_flush_nbx``), if any lane
+        has one; then the looks at the wake words of the PEs written to (``_rma.wake_if_asleep``)."""
         lanes = [lane for lane in self.lanes if lane[batch.B_UNFLUSHED]]
         if not lanes:
             return
+        written = set()
         for batches in lanes:
             batches[batch.B_UNFLUSHED] = 0
-            batches[batch.GLOBAL_WORDS + batch.P_UNFLUSHED::batch.ROW_WORDS] = 0
+            flags = batches[batch.GLOBAL_WORDS + batch.P_UNFLUSHED::batch.ROW_WORDS]
+            written.update(self._peers[row] for row in np.flatnonzero(flags))
+            flags[:] = 0
         request = self.worker.lib.ucp_worker_flush_nbx(self.worker.handle, self._rma_params[0].ctypes.data)
         self._check_flush(fn, request, pes)
         self._wait_requests(fn, [request] if request > 0 else [], deadline, pes)
+        for pe in written:
+            rma.wake_if_asleep(self._looks.address(pe))
 
     @staticmethod
     def _check_flush(fn: str, request: int, pes) -> None:

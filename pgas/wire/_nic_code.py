@@ -7,17 +7,19 @@ Python inside: read the WQEs the doorbell record announces (the NIC's compiled d
 ``pgas.nic._wqe_code``), check each one's local key and range (``KeyTable``: a WQE naming
 memory nobody registered is refused, nothing sent), turn it into the wire's request
 (``pgas.wire._target``: the same target checks the rkey and bounds and applies it on the
-peer, as for the ucx engine) and send it; small ones (inline writes of up to 8 bytes,
-atomics) go 16 to one message.
+peer, as for the ucx engine) and send it; small ones (inline writes of up to 8 bytes to a
+heap not reached one-sided, atomics) go 16 to one message.
 
 Where the peer's heap is registered for one-sided access (``_rma``: the simulator's host
-heaps), reads and writes of more than 8 bytes do not go to the peer's target at all:
-they are checked here against its heap (range and key: a refusal never reaches the wire)
-and posted with ``ucp_get_nbx``/``ucp_put_nbx``, as a NIC's RDMA engine executes them. A
-read is complete when its data has landed; writes once a ``ucp_ep_flush_nbx`` after them
+heaps), reads and writes (inline ones too) do not go to the peer's target at all: they
+are checked here against its heap (range and key: a refusal never reaches the wire) and
+posted with ``ucp_get_nbx``/``ucp_put_nbx``, as a NIC's RDMA engine executes them. A read
+is complete when its data has landed; writes once a ``ucp_ep_flush_nbx`` after them
 completes (one per doorbell's worth of writes: a write's CQE means it has landed at the
-peer, as on an RC queue pair). Atomics, and inline writes of up to 8 bytes (flags: they
-wake a peer waiting for them), stay messages to the target. A queue's order is kept: a
+peer, as on an RC queue pair), and then the peer is woken if a thread of it sleeps
+waiting for a word of its heap (``_rma.wake_if_asleep``: a one-sided read of its wake
+word's flag, a message only when it is armed). Atomics stay messages to the target (they
+must be atomic with the peer's CPU atomics on the word). A queue's order is kept: a
 message or read after one-sided writes waits for their flush, a one-sided request after
 messages for their answers (``Q_FENCE``).
 
@@ -46,7 +48,7 @@ from ..core.native._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from ..nic._queue_pair import SQ_DEPTH
 from ..nic._wqe_code import decoder
-from . import _native, _target as target, _ucp as ucp, _window as window
+from . import _native, _rma as rma, _target as target, _ucp as ucp, _window as window
 
 __all__ = ["MAX_QUEUES", "DEPTH", "TABLE_WORDS", "GLOBAL_WORDS", "drain", "ring", "drain_rung", "sleeping",
            "complete", "land", "progress_until", "callbacks", "symbols", "row_of"]
@@ -59,10 +61,12 @@ DEPTH = SQ_DEPTH
 # what a doorbell announces), whether a doorbell rang for it (or a fence was lifted), how
 # many queues' posters cannot ring (GPU threads: their rung words are polled), the PE's
 # word for answers (``core.native._wake_words``: counted when they land; 0: none); the
-# parameters of one-sided reads, of the flushes after writes, and of the writes
+# parameters of one-sided reads, of the flushes after writes, and of the writes; how many
+# flushes are in flight (they complete only as the worker is progressed: the progress
+# thread does not sleep on the worker's events meanwhile, as none would wake it)
 G_WORKER, G_RECEIVE_PARAMS, G_SEND_PARAMS, G_EAGER_PARAMS, G_PENDING, G_SEND_LOCK, G_QUEUES, G_COMPLETIONS, \
-    G_AWAKE, G_RUNG, G_POLLED, G_WAKE, G_READ_PARAMS, G_FLUSH_PARAMS, G_WRITE_PARAMS = range(15)
-G_HEADER = 15                                    # a request being sent
+    G_AWAKE, G_RUNG, G_POLLED, G_WAKE, G_READ_PARAMS, G_FLUSH_PARAMS, G_WRITE_PARAMS, G_FLUSHING = range(16)
+G_HEADER = 16                                    # a request being sent
 G_BATCH = G_HEADER + target.REQUEST_WORDS       # the requests being batched
 G_COUNT = G_BATCH + target.MAX_BATCH * target.REQUEST_WORDS    # how many
 GLOBAL_WORDS = G_COUNT + 1
@@ -76,11 +80,11 @@ GLOBAL_WORDS = G_COUNT + 1
 # the peer's heap (0: none), the heap's address, size and key (the NIC's), the newest
 # one-sided write that may not be done (its first block + 1; 0: none), the newest that a
 # flush was posted after (likewise), the newest message whose answer a one-sided request
-# must wait for (likewise)
+# must wait for (likewise), the look at the peer's wake word after its writes (``_rma.Looks``)
 Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_READ, Q_DONE, Q_CQES, Q_DONE_LOCK, Q_SCRATCH, \
     Q_COLLAPSED, Q_FENCE, Q_LIFTED, Q_POLLED, Q_RMA_KEY, Q_HEAP_BASE, Q_HEAP_SIZE, Q_HEAP_KEY, Q_WRITTEN, \
-    Q_FLUSHED, Q_LAST_SENT = range(23)
-QUEUE_WORDS = 23
+    Q_FLUSHED, Q_LAST_SENT, Q_LOOK = range(24)
+QUEUE_WORDS = 24
 # a WQE in flight, at the block it starts: done mark (its first block + 1), syndrome,
 # local address, atomic size, the next WQE's first block, its WQE index (bits 0-15),
 # whether it is signalled (bit 16) and its byte count (from bit 17), the window through
@@ -102,6 +106,7 @@ _REMOTE_ACCESS = mlx5.SYNDROME_REMOTE_ACCESS
 _CQE_ERR, _CQE_REQ = mlx5.CQE_REQ_ERR << 4, mlx5.CQE_REQ << 4
 _USER_DATA_WORD = ucp.RequestParams.user_data.offset // 8     # in a ucp_request_param_t
 _INLINE_AT = mlx5.WQE_FIELDS.fields["inline_data"][1]
+_FLUSH_SPINS = 4            # rounds of progress a ringing thread gives the flush it posted
 
 # decode_wqes(sq, depth, index, blocks, out) -> rows: the NIC's decoder (``_wqe_code``),
 # callable from numba code once ``_build`` has registered it
@@ -353,6 +358,8 @@ def flushed(table, q, last, status):
     _unlock(table, row + Q_DONE_LOCK)
     complete(table, q)
     _lift_fence(table, q)
+    if status == 0:
+        rma.wake_if_asleep(table[row + Q_LOOK])     # (a thread of the peer may sleep waiting for them)     # (a thread of the peer may sleep waiting for them)
 
 
 @njit(nogil=True, cache=True)
@@ -370,6 +377,8 @@ def _flush_writes(table, q):
         request = _native.ucp_ep_flush_nbx(table[row + Q_ENDPOINT], params)
         if request <= 0:
             flushed(table, q, last, request)
+        else:
+            target.apply_atomic(target.AMO_ADD, 8, table.ctypes.data + 8 * G_FLUSHING, 1, 0)
     return last
 
 
@@ -464,7 +473,7 @@ def drain(table, q, keys, wqes):
         through = 0 if w.inline or nbytes == 0 else _window_of(keys, np.int64(w.lkey), laddr, nbytes)
         valid = op >= 0 and through >= 0
         one_sided = valid and table[row + Q_RMA_KEY] != 0 and through == 0 and (
-            op == target.GET or op == target.PUT or (op == target.PUT_INLINE and nbytes > 8))
+            op == target.GET or op == target.PUT or op == target.PUT_INLINE)
         if one_sided:       # after the messages ahead (and a read after the writes ahead)
             if op == target.GET and _after_writes(table, q):
                 break
@@ -557,6 +566,14 @@ def ring(table, q, keys, wqes, waited):
         if table[G_AWAKE] != 0:
             return
     drain(table, q, keys, wqes)
+    # the flush after its one-sided writes completes as the worker progresses (a round or
+    # two): here, else in the progress thread, woken for it (no event of the worker's would)
+    for _ in range(_FLUSH_SPINS):
+        if table[G_FLUSHING] == 0:
+            return
+        _native.ucp_worker_progress(table[G_WORKER])
+    if table[G_AWAKE] == 0:
+        _native.ucp_worker_signal(table[G_WORKER])
 
 
 @njit(cache=True)
@@ -602,14 +619,14 @@ def drain_rung(table, keys, wqes, polling):
 
 @njit(nogil=True, cache=True)
 def sleeping(table, asleep):
-    """The progress thread goes to sleep (``asleep``; False when a doorbell rang meanwhile:
-    it stays awake) or wakes."""
+    """The progress thread goes to sleep (``asleep``; False when a doorbell rang meanwhile,
+    or a flush is in flight: it stays awake) or wakes."""
     if not asleep:
         table[G_AWAKE] = 1
         return False
     table[G_AWAKE] = 0
     target.fence()
-    if table[G_RUNG] != 0:
+    if table[G_RUNG] != 0 or table[G_FLUSHING] != 0:
         table[G_AWAKE] = 1
         return False
     return True
@@ -712,6 +729,7 @@ def _build():
         table = carray(window.words_at(cell[0]), (TABLE_WORDS,))
         ticket = cell[1]
         flushed(table, ticket >> TICKET_SHIFT, ticket & _START_MASK, status)
+        target.apply_atomic(target.AMO_ADD, 8, table.ctypes.data + 8 * G_FLUSHING, -1, 0)
         target.wake_at(table[G_WAKE])
         _native.ucp_request_free(request)
 

@@ -12,7 +12,7 @@ from . import _batch as batch, _nic_code as code, _rma as rma, _target as target
 from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_FLUSH_PARAMS, G_POLLED, G_READ_PARAMS, G_RECEIVE_PARAMS,
                         G_SEND_PARAMS, G_WAKE, G_WORKER, G_WRITE_PARAMS, G_QUEUES, DEPTH, MAX_QUEUES, Q_CQ, Q_CQES,
                         Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ, Q_HEAP_BASE, Q_HEAP_KEY, Q_HEAP_SIZE,
-                        Q_POLLED, Q_QPN, Q_RMA_KEY, Q_RUNG, Q_SQ, TABLE_WORDS)
+                        Q_LOOK, Q_POLLED, Q_QPN, Q_RMA_KEY, Q_RUNG, Q_SQ, TABLE_WORDS)
 from ._worker import Worker
 
 __all__ = ["NicQueues"]
@@ -41,8 +41,9 @@ class NicQueues:
         one_sided = heap_region.view is not None
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES, rma=one_sided)
         try:
-            self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base,
-                                      heap_region.size) if one_sided else None
+            self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size,
+                                      wake) if one_sided else None
+            self._looks = self._keys.looks(self.worker.endpoints) if one_sided else None
         except BaseException:
             self.worker.close()
             raise
@@ -108,8 +109,9 @@ class NicQueues:
             int(qp.collapsed))
         if self._keys is not None:      # the peer's heap, reached one-sided
             base, size = self._keys.ranges[qp.peer]
-            self.table[self._row(q) + np.array([Q_RMA_KEY, Q_HEAP_BASE, Q_HEAP_SIZE, Q_HEAP_KEY])] = (
-                self._rma_key(qp.peer, endpoint), base, size, self.nic.remote[qp.peer].rkey)
+            self.table[self._row(q) + np.array([Q_RMA_KEY, Q_HEAP_BASE, Q_HEAP_SIZE, Q_HEAP_KEY, Q_LOOK])] = (
+                self._rma_key(qp.peer, endpoint), base, size, self.nic.remote[qp.peer].rkey,
+                self._looks.address(qp.peer))
         if polled:
             self.table[self._row(q) + Q_POLLED] = 1
             self.table[G_POLLED] += 1

@@ -25,7 +25,9 @@ from ._batch import B_SLEEPING, B_STAGED
 
 __all__ = ["Worker", "WAIT_SPINS", "WAIT_MAX_PAUSE_S", "next_wait_pause"]
 
-_STOP, _EFD, _WORKER, _WAITERS = 0, 1, 2, 3     # words of the progress thread's state
+# words of the progress thread's state: stop, the worker's event descriptor, the worker,
+# threads waiting in ``progress_until``, wake messages handled (``_rma.AM_WAKE``)
+_STOP, _EFD, _WORKER, _WAITERS, _WAKES = range(5)
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
 # How long the thread keeps looking (yielding the core) after a message before it sleeps:
 # _HOT_NS, and _HOT_SENDING_NS once it has sent what rung doorbells announced (the native
@@ -94,6 +96,7 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
     nic_code.sleeping(doorbells, False)
     window, nap = _HOT_NS, _NAP_NS
     while state[_STOP] == 0:
+        wakes = state[_WAKES]
         progressed = _native.ucp_worker_progress(worker) != 0
         sent = nic_code.drain_rung(doorbells, keys, wqes, True)     # (doorbells even while busy)
         waited_on = state[_WAITERS] != 0 and window == _HOT_NS     # (a sender stays hot)
@@ -101,7 +104,9 @@ def serve(state, pollfd, batches, doorbells, keys, wqes):
             nap = _NAP_NS
             if sent:
                 last, window = batch.now_ns(timespec), _HOT_SENDING_NS
-            elif not waited_on:         # (answers a waiter polls for itself do not keep it hot)
+            elif not waited_on and state[_WAKES] == wakes:
+                # (answers a waiter polls for itself do not keep it hot, nor a wake message:
+                # nothing follows one, and a thread kept hot takes a core from the woken)
                 last = batch.now_ns(timespec)
             continue
         if state[_STOP] != 0:
@@ -187,8 +192,9 @@ class Worker:
         self.handle = worker.value
         efd = ctypes.c_int()
         ucp.check(lib.ucp_worker_get_efd(self.handle, ctypes.addressof(efd)), "ucp_worker_get_efd")
-        self.state = np.array([0, efd.value, self.handle, 0], np.int64)
+        self.state = np.array([0, efd.value, self.handle, 0, 0], np.int64)
         self.waiters = self.state[_WAITERS:_WAITERS + 1]    # for ``progress_until``
+        self.wakes_address = self.state.ctypes.data + 8 * _WAKES    # counted by ``_rma``'s wake handler
         self._comm = comm
         self._addresses: dict[int, bytes] = {}      # peers' worker addresses, for more endpoints
         self._more_endpoints: list[int] = []         # made by connect_again, closed with the worker

@@ -17,6 +17,14 @@ Python without the fence (``WakeWords.armed``): in the rare case where its data 
 in the CPU's store buffer as the sleeper checks, the sleeper sees it when its sleep times
 out, as a write nobody counts (a user's store through ``ptr``) is seen.
 
+A writer on another node that reaches the heap one-sided (``pgas.wire._rma``) cannot
+wake anyone itself: after its writes land it reads the flag, and sends a message whose
+handler wakes the sleepers only where a thread sleeps long (``ARMED_LONG``: it set the flag
+so before a sleep of ``core._waiting.LONG_NAP_S`` or more). Waking through the peer's
+progress thread took longer than a short sleep's own end on two cores (a ping-pong of
+blocking puts between two nodes: 250-440 µs a round trip with every sleeper woken, 100-260
+with none), so a short sleep ends on its own and a long one is cut short.
+
 Each PE also has a word of its own memory for the answers to its requests through the
 NIC: the answers' handlers count there, and a thread waiting for an answer sleeps on it.
 Two words, so that answers (to puts nobody waits for, say) do not wake a thread waiting
@@ -36,9 +44,10 @@ import numpy as np
 
 from ._llvm import built_once, compile_ir
 
-__all__ = ["WAKE_BYTES", "WakeWords", "Sleeper", "functions", "natives", "supported"]
+__all__ = ["WAKE_BYTES", "ARMED", "ARMED_LONG", "WakeWords", "Sleeper", "functions", "natives", "supported"]
 
 WAKE_BYTES = 64             # the heap bytes kept for the wake word (a cache line of its own)
+ARMED, ARMED_LONG = 1, 2    # the flag's values: a thread may sleep; one may sleep long
 _SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "ppc64le": 221}.get(platform.machine().lower())
 # (elsewhere the code is built with an invalid number, which fails harmlessly, and unused:
 # ``supported`` is False, so nobody sleeps on a wake word and no wake makes a system call)
@@ -63,10 +72,10 @@ done:
   ret void
 }
 
-define void @pgas_arm(i32* %word) {
+define void @pgas_arm(i32* %word, i32 %how) {
 entry:
   %at = getelementptr i32, i32* %word, i64 1
-  %before = atomicrmw xchg i32* %at, i32 1 seq_cst
+  %before = atomicrmw max i32* %at, i32 %how seq_cst
   ret void
 }
 
@@ -112,7 +121,7 @@ class _Compiled:
         # system call only when someone sleeps; see _cpu_atomics on why)
         self.wake = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(self.wake_address)
         self.count = ctypes.PYFUNCTYPE(ctypes.c_uint32, ctypes.c_void_p)(address("pgas_wake_count"))
-        self.arm = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(address("pgas_arm"))
+        self.arm = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(address("pgas_arm"))
         # a sleep lets the interpreter lock go (the simulated threads run meanwhile)
         self.sleep = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int64)(
             address("pgas_sleep"))
@@ -171,9 +180,10 @@ class Sleeper:
         """The count now (read before the flag is set and the condition checked)."""
         return self._count(self.address)
 
-    def arm(self) -> None:
-        """Set the flag: from now on a write bumps the count and wakes the sleepers."""
-        self._arm(self.address)
+    def arm(self, long: bool = False) -> None:
+        """Set the flag: from now on a write bumps the count and wakes the sleepers
+        (``long``: one of them sleeps long, so that a writer on another node wakes it too)."""
+        self._arm(self.address, ARMED_LONG if long else ARMED)
 
     def sleep(self, seen: int, seconds: float) -> None:
         """Sleep up to ``seconds``, or until the count moves from ``seen`` (at once if it has)."""
