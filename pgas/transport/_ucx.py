@@ -341,6 +341,7 @@ class Ucx:
         # are all waited for, so never batched
         self.lanes = Lanes(self.batches, lambda: self._new_batches(self.worker.connect_again()))
         before_waiting.append(self.flush)
+        before_waiting.append(self._looks.look_due)
         self.worker.start(self.batches)
         self._compile_now()
 
@@ -350,7 +351,7 @@ class Ucx:
         self._flush(self.batches)
         self._free_slots(self.ring, CAPACITY, self._failures)
         self._first_unanswered(self.columns[target.C_DONE], 0, 0)
-        rma.wake_if_asleep(0)
+        rma.look_later(0)
 
     def _new_batches(self, endpoints: dict[int, int]) -> np.ndarray:
         """The batches (and one-sided keys) of a lane whose endpoint to PE ``pe`` is ``endpoints[pe]``."""
@@ -366,8 +367,9 @@ class Ucx:
 
     def close(self) -> None:
         self.flush()
-        if self.flush in before_waiting:
-            before_waiting.remove(self.flush)
+        for hook in (self.flush, self._looks.look_due):
+            if hook in before_waiting:
+                before_waiting.remove(hook)
         self._keys.close()
         self.worker.close()
 
@@ -426,17 +428,17 @@ class Ucx:
     def _flush_row(self, fn: str, batches: np.ndarray, row: int, deadline: float, pe: int) -> None:
         """Complete the one-sided writes to PE ``pe`` (row ``row`` of lane ``batches``): its
         flag cleared first (a write posted meanwhile sets it again), then ``ucp_ep_flush_nbx``
-        and its wait; then the look at its wake word (``_rma.wake_if_asleep``)."""
+        and its wait; then a look at its wake word is due (``_rma.look_later``)."""
         at = batch.GLOBAL_WORDS + row * batch.ROW_WORDS
         batches[at + batch.P_UNFLUSHED] = 0
         request = self.worker.lib.ucp_ep_flush_nbx(int(batches[at + batch.P_ENDPOINT]), self._rma_params[0].ctypes.data)
         self._check_flush(fn, request, [pe])
         self._wait_requests(fn, [request] if request > 0 else [], deadline, [pe])
-        rma.wake_if_asleep(self._looks.address(pe))
+        rma.look_later(self._looks.address(pe))
 
     def _flush_all(self, fn: str, deadline: float, pes) -> None:
         """Complete every one-sided write of this PE (``ucp_worker_flush_nbx``), if any lane
-        has one; then the looks at the wake words of the PEs written to (``_rma.wake_if_asleep``)."""
+        has one; then looks at the wake words of the PEs written to are due (``_rma.look_later``)."""
         lanes = [lane for lane in self.lanes if lane[batch.B_UNFLUSHED]]
         if not lanes:
             return
@@ -450,7 +452,7 @@ class Ucx:
         self._check_flush(fn, request, pes)
         self._wait_requests(fn, [request] if request > 0 else [], deadline, pes)
         for pe in written:
-            rma.wake_if_asleep(self._looks.address(pe))
+            rma.look_later(self._looks.address(pe))
 
     @staticmethod
     def _check_flush(fn: str, request: int, pes) -> None:

@@ -16,9 +16,8 @@ are checked here against its heap (range and key: a refusal never reaches the wi
 posted with ``ucp_get_nbx``/``ucp_put_nbx``, as a NIC's RDMA engine executes them. A read
 is complete when its data has landed; writes once a ``ucp_ep_flush_nbx`` after them
 completes (one per doorbell's worth of writes: a write's CQE means it has landed at the
-peer, as on an RC queue pair), and then the peer is woken if a thread of it sleeps
-waiting for a word of its heap (``_rma.wake_if_asleep``: a one-sided read of its wake
-word's flag, a message only when it is armed). Atomics stay messages to the target (they
+peer, as on an RC queue pair), and then a look at the peer's wake word is due (``_rma``:
+a thread of it may sleep waiting for a word of its heap). Atomics stay messages to the target (they
 must be atomic with the peer's CPU atomics on the word). A queue's order is kept: a
 message or read after one-sided writes waits for their flush, a one-sided request after
 messages for their answers (``Q_FENCE``).
@@ -359,7 +358,7 @@ def flushed(table, q, last, status):
     complete(table, q)
     _lift_fence(table, q)
     if status == 0:
-        rma.wake_if_asleep(table[row + Q_LOOK])     # (a thread of the peer may sleep waiting for them)     # (a thread of the peer may sleep waiting for them)
+        rma.look_later(table[row + Q_LOOK])     # (a thread of the peer may sleep waiting for them)     # (a thread of the peer may sleep waiting for them)
 
 
 @njit(nogil=True, cache=True)

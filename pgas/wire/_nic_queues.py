@@ -6,7 +6,7 @@ import functools
 import numpy as np
 
 from ..core._errors import PgasError
-from ..core._waiting import precise_sleeps
+from ..core._waiting import before_waiting, precise_sleeps
 from ..nic import _mlx5 as mlx5
 from . import _batch as batch, _nic_code as code, _rma as rma, _target as target, _ucp as ucp
 from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_FLUSH_PARAMS, G_POLLED, G_READ_PARAMS, G_RECEIVE_PARAMS,
@@ -71,6 +71,8 @@ class NicQueues:
         self._no_batches = batch.new_batches([], self._send_params.ctypes.data)   # the thread sends none
         self.worker.start(self._no_batches, (self.table, nic.keys.rows, np.zeros(DEPTH, mlx5.WQE_FIELDS)))
         self._queues = 0
+        if self._looks is not None:
+            before_waiting.append(self._looks.look_due)
 
     @staticmethod
     def _row(q: int) -> int:
@@ -167,6 +169,8 @@ class NicQueues:
     def close(self) -> None:
         """After every PE is done with this one (a barrier): the worker, its thread, its
         endpoints, and the heap's registration."""
+        if self._looks is not None and self._looks.look_due in before_waiting:
+            before_waiting.remove(self._looks.look_due)
         if self._keys is not None:
             self._keys.close()
         self.worker.close()

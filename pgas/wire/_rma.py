@@ -35,16 +35,19 @@ from ..core.native._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from . import _native, _target as target, _ucp as ucp, _window as window
 
-__all__ = ["HeapKeys", "Looks", "transports", "completion", "mark_done", "slot_params", "wake_if_asleep", "AM_WAKE"]
+__all__ = ["HeapKeys", "Looks", "transports", "completion", "mark_done", "slot_params", "wake_if_asleep",
+           "look_later", "AM_WAKE"]
 
 AM_WAKE = 0x54          # (the target's are 0x50-0x53)
 # A peer's look (``wake_if_asleep``; int64 words): the endpoint to it, UCX's key to its heap,
 # the address of its wake word's flag (0: nobody to wake there), the flag as read, the looks
 # asked for (counted atomically: whoever moves the count from 0 looks, and looks again while
 # others asked meanwhile), the count when the look in flight was posted, the parameters of
-# the read (its completion: ``on_looked``, given the cell's address) and of the wake message
-K_ENDPOINT, K_KEY, K_FLAG, K_SEEN, K_ASKED, K_TAKEN, K_READ_PARAMS, K_WAKE_PARAMS = range(8)
-LOOK_WORDS = 8
+# the read (its completion: ``on_looked``, given the cell's address) and of the wake message,
+# whether a look is due (``look_later``) and the address of the word saying that one is
+K_ENDPOINT, K_KEY, K_FLAG, K_SEEN, K_ASKED, K_TAKEN, K_READ_PARAMS, K_WAKE_PARAMS, K_DUE, K_ANY_AT = range(10)
+LOOK_WORDS = 10
+_LOOK_SPINS = 8             # rounds of progress ``look_due`` gives its reads
 
 
 def _memlock_limit() -> str:
@@ -62,6 +65,7 @@ class HeapKeys:
 
     def __init__(self, worker, comm, my_pe: int, base: int, size: int, wake: int = 0):
         lib = self._lib = worker.lib
+        self._worker = worker
         self._wake_offset = wake - base if wake else None
         self._wake_words = np.array([wake, worker.wakes_address], np.int64)
         worker.handle_messages(AM_WAKE, wake_handler(), self._wake_words.ctypes.data)
@@ -111,7 +115,7 @@ class HeapKeys:
         keys = self.unpack(endpoints)
         flags = {pe: 0 if self._wake_offset is None else self.ranges[pe][0] + self._wake_offset + 4
                  for pe in endpoints}
-        return Looks(len(self.ranges), endpoints, keys, flags)
+        return Looks(self._worker, len(self.ranges), endpoints, keys, flags)
 
     def close(self) -> None:
         """Destroy the unpacked keys and unregister the heap (before the worker goes)."""
@@ -125,19 +129,68 @@ class HeapKeys:
 
 class Looks:
     """This PE's looks at its peers' wake words, a cell each (``address(pe)``, for
-    ``wake_if_asleep``; a PE without one, or whose heap has no wake word, has a cell that
-    does nothing). ``flags``: PE -> the address of its wake word's flag."""
+    ``wake_if_asleep`` and ``look_later``; a PE without one, or whose heap has no wake
+    word, has a cell that does nothing), then a row: whether a look is due, the worker
+    (``worker``'s). ``flags``: PE -> the address of its wake word's flag. ``look_due()``
+    looks where ``look_later`` asked for it, when a thread of this PE starts to wait (the
+    engines add it to ``core._waiting.before_waiting``: a put, then a wait for the answer)."""
 
-    def __init__(self, n_pes: int, endpoints: dict[int, int], keys: dict[int, int], flags: dict[int, int]):
-        self.cells = np.zeros((n_pes, LOOK_WORDS), np.int64)
+    def __init__(self, worker, n_pes: int, endpoints: dict[int, int], keys: dict[int, int], flags: dict[int, int]):
+        self.cells = np.zeros((n_pes + 1, LOOK_WORDS), np.int64)
+        self.cells[n_pes, 1] = worker.handle
+        self._any = memoryview(self.cells[n_pes])       # (read from Python: a third of numpy's cost)
         self._wake_params = ucp.request_params(ucp.AM_SEND_FLAG_EAGER | ucp.AM_SEND_FLAG_COPY_HEADER)
         self._read_params = {pe: ucp.request_params(0, on_looked(), self.cells[pe]) for pe in endpoints}
         for pe, endpoint in endpoints.items():
-            self.cells[pe, [K_ENDPOINT, K_KEY, K_FLAG, K_READ_PARAMS, K_WAKE_PARAMS]] = (
-                endpoint, keys[pe], flags[pe], self._read_params[pe].ctypes.data, self._wake_params.ctypes.data)
+            self.cells[pe, [K_ENDPOINT, K_KEY, K_FLAG, K_READ_PARAMS, K_WAKE_PARAMS, K_ANY_AT]] = (
+                endpoint, keys[pe], flags[pe], self._read_params[pe].ctypes.data, self._wake_params.ctypes.data,
+                self.cells[n_pes:].ctypes.data)
+        look_due(self.cells)        # (compiled now, not at a first wait)
 
     def address(self, pe: int) -> int:
         return self.cells.ctypes.data + pe * LOOK_WORDS * 8
+
+    def look_due(self) -> None:
+        """The looks ``look_later`` asked for."""
+        if self._any[0]:
+            look_due(self.cells)
+
+
+@njit(nogil=True, cache=True)
+def look_later(cell_address):
+    """``wake_if_asleep`` for look ``cell_address`` (0: none) at the next ``Looks.look_due``:
+    when a thread of this PE starts to wait (a read of the peer's flag after each blocking
+    put made it 7 µs instead of 5 between the hosts). A PE that writes and never waits
+    leaves a long sleeper to the end of its sleep (at most ``HOST_WAIT_BACKOFF_S``)."""
+    if cell_address == 0:
+        return
+    cell = carray(window.words_at(cell_address), (LOOK_WORDS,))
+    if cell[K_FLAG] != 0:
+        cell[K_DUE] = 1
+        target.fence()      # (the cell's mark before the word saying that one is due)
+        carray(window.words_at(cell[K_ANY_AT]), (1,))[0] = 1
+
+
+@njit(cache=True)
+def look_due(cells):
+    """Each look of ``cells`` (``Looks``) that is due. Their reads complete as the worker
+    progresses (CMA's: the next round), so it progresses a few rounds; a read still in
+    flight then is left to the progress thread, woken for it."""
+    n = cells.shape[0] - 1
+    if cells[n, 0] == 0:
+        return
+    cells[n, 0] = 0
+    target.fence()          # (the word cleared before the cells are read: a mark after it sets it again)
+    for pe in range(n):
+        if cells[pe, K_DUE] != 0:
+            cells[pe, K_DUE] = 0
+            wake_if_asleep(cells.ctypes.data + pe * LOOK_WORDS * 8)
+    worker = cells[n, 1]
+    for _ in range(_LOOK_SPINS):
+        if not (cells[:n, K_ASKED] != 0).any():
+            return
+        _native.ucp_worker_progress(worker)
+    _native.ucp_worker_signal(worker)
 
 
 @njit(nogil=True, cache=True)
@@ -239,14 +292,14 @@ def mark_done(ring, ticket, status, syndrome):
     """Request ``ticket`` of ``ring`` (the ucx engine's) is complete: ``status`` is UCX's
     (not 0: the wire failed it), ``syndrome`` a refusal before the wire (0: none); counted
     at the PE's word for answers. A put a thread waits for has landed then (its flush
-    completed): the peer is woken if a thread of it sleeps long (``wake_if_asleep``)."""
+    completed): a look at the peer's wake word is due (``look_later``)."""
     capacity = ring[target.R_CAPACITY]
     slot = target.RING_HEADER + ticket % capacity
     landed = status == 0 and syndrome == 0 and ring[slot + target.C_OP * capacity] == target.PUT \
         and ring[slot + target.C_WAITED * capacity] != 0 and ring[target.R_LOOKS] != 0
     look = ring[target.R_LOOKS] + 8 * LOOK_WORDS * ring[slot + target.C_PE * capacity] if landed else 0
     target._land(ring, capacity, ticket, mlx5.SYNDROME_TRANSPORT if status != 0 else syndrome, status)
-    wake_if_asleep(look)
+    look_later(look)
     target.wake_at(ring[target.R_WAKE])
 
 

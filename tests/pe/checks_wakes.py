@@ -4,8 +4,8 @@ sleep long on it (pgas/core/native/_wake_words.py): the count moves. A write pat
 not wake would leave a waiter asleep until its sleep times out (correct, but slow): these
 checks find such a path. One-sided writes from another node (over UCX: the ucx engine,
 and the native NIC that executes the ibgda and proxy paths' WQEs) reach the heap without
-its CPU; their writer then reads the flag and sends the message that wakes the sleepers
-(pgas/wire/_rma.py)."""
+its CPU; their writer then reads the flag, when one of its threads starts to wait, and
+sends the message that wakes the sleepers (pgas/wire/_rma.py)."""
 import time
 
 import numpy as np
@@ -55,6 +55,8 @@ def _each_write_counts_at_the_right_neighbour(writes) -> None:
         world().Barrier()
         write(right)
         pgas.quiet()
+        for hook in _waiting.before_waiting:    # as a thread of this PE starting to wait: the looks
+            hook()                              # at the peers' wake words after one-sided writes
         world().Barrier()
         # (a one-sided write's wake message may still be on its way: a second at most)
         deadline = time.monotonic() + 1.0
