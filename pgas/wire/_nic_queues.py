@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+from numba import typeof, types
 
 from ..core._errors import PgasError
 from ..core._waiting import before_waiting, precise_sleeps
@@ -135,9 +136,13 @@ class NicQueues:
         a3, waited)``: post one WQE with the function at ``post_address`` (``post_wqe``'s
         signature: the GPU-initiated path's compiled poster) and ring queue ``q``'s
         doorbell when it says so, in one native call (``_nic_code.post_and_ring``). What
-        the poster returned."""
+        the poster returned. Its compiled form, called without the dispatcher's typing of
+        17 arguments (their types never change: the rest are Python ints, the operands
+        uint64)."""
         ucp.register_symbol("queue_post", post_address)
-        return functools.partial(code.post_and_ring, self.table, self.nic.keys.rows, self.wqes)
+        arguments = (self.table, self.nic.keys.rows, self.wqes)
+        signature = (*map(typeof, arguments), *[types.int64] * 9, *[types.uint64] * 4, types.int64)
+        return functools.partial(code.post_and_ring.compile(signature), *arguments)
 
     def bound(self, function):
         """``function`` given this NIC's table, keys, WQE scratch, worker and the worker's
