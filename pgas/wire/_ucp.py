@@ -138,7 +138,8 @@ _LIBC = {"poll": (_int, (_P, _P, _int)), "ppoll": (_int, (_P, _P, _P, _P)), "mem
          "sched_yield": (_int, ()), "clock_gettime": (_int, (_int, _P)), "nanosleep": (_int, (_P, _P)),
          "malloc": (_P, (_P,)), "free": (None, (_P,))}
 _NATIVE = ("ucp_worker_progress", "ucp_worker_arm", "ucp_worker_signal", "ucp_am_send_nbx", "ucp_am_recv_data_nbx",
-           "ucp_request_free", "ucp_put_nbx", "ucp_get_nbx", "ucp_ep_flush_nbx", "ucp_worker_flush_nbx", *_LIBC)     # what native code calls
+           "ucp_request_free", "ucp_put_nbx", "ucp_get_nbx", "ucp_ep_flush_nbx", "ucp_worker_flush_nbx",
+           "ucp_request_check_status", *_LIBC)     # what native code calls
 
 
 def register_symbol(name: str, address: int) -> None:
