@@ -300,6 +300,41 @@ def looks_due(written, peers, looks):
 
 
 @njit(cache=True)
+def quiet_once(ring, batches, written, peers, looks, failures, out, worker, waiters, params, spins):
+    """``quiet`` of lane ``batches`` in one native call, where every request is answered
+    within ``spins`` rounds of progress: the batches sent, the answers waited for, the
+    one-sided writes flushed (``flush_lane``; the looks at the wake words of the PEs
+    written to then due), the answered slots freed (``free_slots``). 0 when it got that
+    far: ``out[0]`` is the flush's request still in flight (> 0), or its status, and
+    ``out[1]`` how many failures ``free_slots`` copied to ``failures``; -1 when a request
+    is still unanswered, or a batch could not be sent (the caller's Python ``quiet`` goes
+    on from there)."""
+    if batches[batch.B_FAILED] != 0:
+        return -1
+    batch.flush_all(batches)
+    if batches[batch.B_FAILED] != 0:
+        return -1
+    capacity = ring[target.R_CAPACITY]
+    ticket, last = ring[target.R_FREED], ring[target.R_NEXT]
+    waiters[0] += 1
+    for _ in range(spins):
+        while ticket < last and ring[_AT + target.C_DONE * capacity + ticket % capacity] > ticket:
+            ticket += 1
+        if ticket == last:
+            break
+        if _native.ucp_worker_progress(worker) == 0:
+            _native.sched_yield()
+    waiters[0] -= 1
+    if ticket < last:
+        return -1
+    out[0] = flush_lane(batches, written, worker, params, spins) if batches[batch.B_UNFLUSHED] != 0 else 0
+    if out[0] == 0:
+        looks_due(written, peers, looks)
+    out[1] = free_slots(ring, capacity, failures)
+    return 0
+
+
+@njit(cache=True)
 def flush(batches):
     """Send every batch now (keeping the interpreter lock, as ``post``)."""
     batch.flush_all(batches)
@@ -324,7 +359,7 @@ class Ucx:
     def __init__(self, nic: Nic, heap_region, timeout: float, wake: int = 0, answers: int = 0):
         self.nic = nic
         self.timeout = timeout
-        wire_cache.drop_if_stale((post, copy_once, free_slots, flush, first_unanswered, batch.stage,
+        wire_cache.drop_if_stale((post, copy_once, quiet_once, free_slots, flush, first_unanswered, batch.stage,
                                   worker_loops.serve, target._land))
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES, rma=True)
@@ -338,6 +373,7 @@ class Ucx:
         nic = self.nic
         _, on_answer, _, on_get_received, _, on_answers, _ = target.callbacks()
         self._post, self._free_slots, self._flush, self._first_unanswered = post, free_slots, flush, first_unanswered
+        self._quiet_once = quiet_once
         self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey, wake)
         # one-sided access: every PE's heap registered with UCX, its key unpacked per endpoint
         self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size, wake)
@@ -358,6 +394,7 @@ class Ucx:
         self._eager_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER
                                                 | ucp.AM_SEND_FLAG_EAGER)
         self._failures = np.zeros((CAPACITY, 5), np.int64)   # what free_slots found failed
+        self._quiet_out = np.zeros(2, np.int64)              # ``quiet_once``'s flush and failures found
         self.errors: list[str] = []
         self.worker.handle_messages(target.AM_ANSWER, on_answer, self.ring.ctypes.data)
         self.worker.handle_messages(target.AM_ANSWERS, on_answers, self.ring.ctypes.data)
@@ -395,6 +432,9 @@ class Ucx:
         flush_lane(self.batches, self._written, 0, 0, -1)        # (nothing to flush yet)
         looks_due(self._written, self._peer_numbers, self._looks.cells.ctypes.data)
         rma.look_later(0)
+        self._quiet_once(self.ring, self.batches, self._written, self._peer_numbers, self._looks.cells.ctypes.data,
+                         self._failures, self._quiet_out, self.worker.handle, self.worker.waiters,
+                         self._rma_params[0].ctypes.data, WAIT_SPINS)       # (nothing to wait for yet)
 
     def _new_batches(self, endpoints: dict[int, int]) -> np.ndarray:
         """The batches (and one-sided keys) of a lane whose endpoint to PE ``pe`` is ``endpoints[pe]``."""
@@ -540,13 +580,15 @@ class Ucx:
         self.raise_failures(fn)
         return True
 
-    def _keep_failures(self) -> None:
-        """Free the answered slots nobody waits for, keeping their failures for ``quiet``."""
+    def _keep_failures(self, found: int = 0) -> None:
+        """Free the answered slots nobody waits for, keeping their failures for ``quiet``
+        (the first ``found`` rows of ``_failures``: found already, by ``quiet_once``)."""
         failures = self._failures
-        while found := self._free_slots(self.ring, CAPACITY, failures):
+        while found or (found := self._free_slots(self.ring, CAPACITY, failures)):
             for op, pe, raddr, nbytes, syndrome in failures[:found].tolist():
                 self.errors.append(mlx5.refusal("pgas (non-blocking operation, reported at quiet)", OP_NAMES[op],
                                                 pe, raddr, nbytes, syndrome))
+            found = 0
 
     def _wait_done(self, fn: str, ticket: int, deadline: float, waiting_for: str, pes) -> None:
         """Progress the worker (then back off with sleeps) until request ``ticket`` is answered."""
@@ -598,6 +640,12 @@ class Ucx:
             # unflushed: nothing to wait for (read through memoryviews, with the indexes
             # bound here: a quiet with nothing to do is on every small put's path)
             return
+        if pes is None and not self.lanes.several and not self.errors:
+            if self._quiet_once(self.ring, self.batches, self._written, self._peer_numbers,
+                                self._looks.cells.ctypes.data, self._failures, self._quiet_out, self.worker.handle,
+                                self.worker.waiters, self._rma_params[0].ctypes.data, WAIT_SPINS) == 0:
+                self._after_quiet_once(fn)
+                return
         last = int(self.ring[target.R_NEXT])
         self.flush()
         if self.batches[batch.B_FAILED]:
@@ -616,6 +664,18 @@ class Ucx:
                 ticket += 1
         self._flush_all(fn, deadline, sorted(self._row) if pes is None else sorted(pes))
         self._keep_failures()
+        self.raise_failures(fn)
+
+    def _after_quiet_once(self, fn: str) -> None:
+        """``quiet`` after ``quiet_once`` did it: the flush it left in flight waited for,
+        the failures it found kept, the first raised."""
+        request, found = (int(x) for x in self._quiet_out)
+        if request != 0:
+            pes = sorted(self._row)
+            self._check_flush(fn, request, pes)
+            self._wait_requests(fn, [request], time.monotonic() + self.timeout, pes)
+            looks_due(self._written, self._peer_numbers, self._looks.cells.ctypes.data)
+        self._keep_failures(found)
         self.raise_failures(fn)
 
     def raise_failures(self, fn: str) -> None:
