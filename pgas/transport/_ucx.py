@@ -92,8 +92,8 @@ def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, 
     the PE of row ``row`` of ``batches`` (a put: ``nbytes`` at ``laddr``). Where that PE's
     heap is registered for one-sided access (``_rma``), gets and puts (inline ones too) go
     one-sided (``_post_one_sided``); the rest as messages to its target, those that nobody
-    waits for and that carry at most 8 bytes in that PE's batch. Its ticket; -1 when no slot is free (or a failure must be reported
-    first: see ``free_slots``), or when a request ahead of it to that PE must be answered
+    waits for and that carry at most 8 bytes in that PE's batch. Its ticket; -1 when no
+    slot is free (or a failure must be reported first: see ``free_slots``), or when a request ahead of it to that PE must be answered
     first (``ring[R_BLOCKED]``: its ticket + 1): a put or get whose data may land after
     what follows (more than ``target.EAGER_BYTES``: by rendezvous), or a message ahead of a
     one-sided request; -3 when one-sided writes to that PE must be flushed before this

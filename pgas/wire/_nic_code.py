@@ -358,7 +358,7 @@ def flushed(table, q, last, status):
     complete(table, q)
     _lift_fence(table, q)
     if status == 0:
-        rma.look_later(table[row + Q_LOOK])     # (a thread of the peer may sleep waiting for them)     # (a thread of the peer may sleep waiting for them)
+        rma.look_later(table[row + Q_LOOK])     # (a thread of the peer may sleep waiting for them)
 
 
 @njit(nogil=True, cache=True)
