@@ -26,7 +26,7 @@ from ..core._errors import PgasError, PgasTimeoutError
 from ..core._waiting import Naps, before_waiting, precise_sleeps
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
-from ..wire import _batch as batch, _native, _rma as rma, _target as target, _ucp as ucp
+from ..wire import _batch as batch, _native, _rma as rma, _target as target, _ucp as ucp, _wakes as wakes
 from ..wire import _cache as wire_cache, _worker as worker_loops
 from ..wire._window import bytes_at, words_at
 from ..wire._worker import WAIT_MAX_PAUSE_S, WAIT_SPINS, Worker, next_wait_pause
@@ -292,11 +292,11 @@ def flush_lane(batches, written, worker, params, spins):
 @njit(cache=True)
 def looks_due(written, peers, looks):
     """A look at the wake word of each PE (``peers``, by row) marked in ``written`` is due
-    (``_rma.look_later``; ``looks``: the cells' address); the marks cleared."""
+    (``_wakes.look_later``; ``looks``: the cells' address); the marks cleared."""
     for row in range(written.shape[0]):
         if written[row] != 0:
             written[row] = 0
-            rma.look_later(looks + peers[row] * 8 * rma.LOOK_WORDS)
+            wakes.look_later(looks + peers[row] * 8 * wakes.LOOK_WORDS)
 
 
 @njit(cache=True)
@@ -431,7 +431,7 @@ class Ucx:
         self._first_unanswered(self.columns[target.C_DONE], 0, 0)
         flush_lane(self.batches, self._written, 0, 0, -1)        # (nothing to flush yet)
         looks_due(self._written, self._peer_numbers, self._looks.cells.ctypes.data)
-        rma.look_later(0)
+        wakes.look_later(0)
         self._quiet_once(self.ring, self.batches, self._written, self._peer_numbers, self._looks.cells.ctypes.data,
                          self._failures, self._quiet_out, self.worker.handle, self.worker.waiters,
                          self._rma_params[0].ctypes.data, WAIT_SPINS)       # (nothing to wait for yet)
@@ -511,17 +511,17 @@ class Ucx:
     def _flush_row(self, fn: str, batches: np.ndarray, row: int, deadline: float, pe: int) -> None:
         """Complete the one-sided writes to PE ``pe`` (row ``row`` of lane ``batches``): its
         flag cleared first (a write posted meanwhile sets it again), then ``ucp_ep_flush_nbx``
-        and its wait; then a look at its wake word is due (``_rma.look_later``)."""
+        and its wait; then a look at its wake word is due (``_wakes.look_later``)."""
         at = batch.GLOBAL_WORDS + row * batch.ROW_WORDS
         batches[at + batch.P_UNFLUSHED] = 0
         request = self.worker.lib.ucp_ep_flush_nbx(int(batches[at + batch.P_ENDPOINT]), self._rma_params[0].ctypes.data)
         self._check_flush(fn, request, [pe])
         self._wait_requests(fn, [request] if request > 0 else [], deadline, [pe])
-        rma.look_later(self._looks.address(pe))
+        wakes.look_later(self._looks.address(pe))
 
     def _flush_all(self, fn: str, deadline: float, pes) -> None:
         """Complete every one-sided write of this PE (``ucp_worker_flush_nbx``), if any lane
-        has one; then looks at the wake words of the PEs written to are due (``_rma.look_later``)."""
+        has one; then looks at the wake words of the PEs written to are due (``_wakes.look_later``)."""
         lanes = [lane for lane in self.lanes if lane[batch.B_UNFLUSHED]]
         if not lanes:
             return

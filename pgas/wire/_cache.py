@@ -17,7 +17,7 @@ __all__ = ["drop_if_stale"]
 _PACKAGE = Path(__file__).resolve().parents[1]
 SOURCES = ("wire/_target.py", "wire/_batch.py", "wire/_worker.py", "wire/_ucp.py", "wire/_native.py",
            "wire/_mpi.py", "wire/_mpi_api.py", "wire/_nic_code.py", "nic/_queue_pair.py",
-           "wire/_rma.py", "transport/_ucx.py", "transport/_ibgda.py", "nic/_mlx5.py",
+           "wire/_rma.py", "wire/_wakes.py", "transport/_ucx.py", "transport/_ibgda.py", "nic/_mlx5.py",
            "core/native/_wake_words.py")
 _STAMP = "pgas_wire_sources.sha256"
 

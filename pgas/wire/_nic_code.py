@@ -16,7 +16,7 @@ are checked here against its heap (range and key: a refusal never reaches the wi
 posted with ``ucp_get_nbx``/``ucp_put_nbx``, as a NIC's RDMA engine executes them. A read
 is complete when its data has landed; writes once a ``ucp_ep_flush_nbx`` after them
 completes (one per doorbell's worth of writes: a write's CQE means it has landed at the
-peer, as on an RC queue pair), and then a look at the peer's wake word is due (``_rma``:
+peer, as on an RC queue pair), and then a look at the peer's wake word is due (``_wakes``:
 a thread of it may sleep waiting for a word of its heap). Atomics stay messages to the target (they
 must be atomic with the peer's CPU atomics on the word). A queue's order is kept: a
 message or read after one-sided writes waits for their flush, a one-sided request after
@@ -47,7 +47,7 @@ from ..core.native._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from ..nic._queue_pair import SQ_DEPTH
 from ..nic._wqe_code import decoder
-from . import _native, _rma as rma, _target as target, _ucp as ucp, _window as window
+from . import _native, _target as target, _ucp as ucp, _wakes as wakes, _window as window
 
 __all__ = ["MAX_QUEUES", "DEPTH", "TABLE_WORDS", "GLOBAL_WORDS", "drain", "ring", "drain_rung", "sleeping",
            "complete", "land", "progress_until", "callbacks", "symbols", "row_of"]
@@ -79,7 +79,7 @@ GLOBAL_WORDS = G_COUNT + 1
 # the peer's heap (0: none), the heap's address, size and key (the NIC's), the newest
 # one-sided write that may not be done (its first block + 1; 0: none), the newest that a
 # flush was posted after (likewise), the newest message whose answer a one-sided request
-# must wait for (likewise), the look at the peer's wake word after its writes (``_rma.Looks``)
+# must wait for (likewise), the look at the peer's wake word after its writes (``_wakes.Looks``)
 Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_READ, Q_DONE, Q_CQES, Q_DONE_LOCK, Q_SCRATCH, \
     Q_COLLAPSED, Q_FENCE, Q_LIFTED, Q_POLLED, Q_RMA_KEY, Q_HEAP_BASE, Q_HEAP_SIZE, Q_HEAP_KEY, Q_WRITTEN, \
     Q_FLUSHED, Q_LAST_SENT, Q_LOOK = range(24)
@@ -358,7 +358,7 @@ def flushed(table, q, last, status):
     complete(table, q)
     _lift_fence(table, q)
     if status == 0:
-        rma.look_later(table[row + Q_LOOK])     # (a thread of the peer may sleep waiting for them)
+        wakes.look_later(table[row + Q_LOOK])     # (a thread of the peer may sleep waiting for them)
 
 
 @njit(nogil=True, cache=True)

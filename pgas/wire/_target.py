@@ -68,7 +68,7 @@ TARGET_WORDS = T_ANSWERS + MAX_BATCH * ANSWER_WORDS
 # row per column: a slot's done mark (its ticket + 1), fetched value, syndrome, where a get's
 # data lands, its operation, whether a thread waits for it, its PE, remote address and bytes.
 # (And the PE's word for answers, counted when they land: ``core.native._wake_words``; 0: none;
-# and the looks at the peers' wake words after one-sided writes, ``_rma.Looks``: 0, none.)
+# and the looks at the peers' wake words after one-sided writes, ``_wakes.Looks``: 0, none.)
 R_CAPACITY, R_WORKER, R_RECEIVE_PARAMS, R_SELF, R_PENDING, R_NEXT, R_FREED, R_BLOCKED, R_WAKE, R_LOOKS = range(10)
 RING_HEADER = 10
 # (the requester's own columns: who waits for the slot, and what the request was, for errors)

@@ -26,7 +26,7 @@ from ._batch import B_SLEEPING, B_STAGED
 __all__ = ["Worker", "WAIT_SPINS", "WAIT_MAX_PAUSE_S", "next_wait_pause"]
 
 # words of the progress thread's state: stop, the worker's event descriptor, the worker,
-# threads waiting in ``progress_until``, wake messages handled (``_rma.AM_WAKE``)
+# threads waiting in ``progress_until``, wake messages handled (``_wakes.AM_WAKE``)
 _STOP, _EFD, _WORKER, _WAITERS, _WAKES = range(5)
 _IDLE_POLL_MS = 1000                 # a sleep ends at an event; this bounds it anyway
 # How long the thread keeps looking (yielding the core) after a message before it sleeps:
