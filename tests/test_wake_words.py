@@ -1,7 +1,8 @@
 """Wake words (pgas/core/native/_wake_words.py): a waiting thread sets its PE's word's flag and
 sleeps on its count; a write bumps the count (and ends the sleep) only while the flag is
-set; a wait (core._waiting.Wait) sets the flag, checks once more, then sleeps on the word,
-and after a write that did not end the wait it sleeps once plainly. The PE checks
+set; a wait (core._waiting.Wait) sets the flag, checks once more, then sleeps on the word
+(before a long sleep it sets the flag to say so, and checks once more), and after a write
+that did not end the wait it sleeps once plainly. The PE checks
 (tests/pe/checks_wakes.py) show that every write path wakes."""
 import threading
 import time
@@ -76,7 +77,9 @@ def test_a_wait_sleeps_until_a_write_then_once_plainly_after_one_that_did_not_en
     clock._nap = LONG_S / 2             # (as if it had backed off that far: the next sleep is LONG_S)
     started = time.monotonic()
     clock.pause("a flag")               # only sets the flag: the caller checks once more
-    assert memory[1] == 1 and time.monotonic() - started < 1 and clock._nap == LONG_S / 2
+    assert memory[1] == _wake_words.ARMED and time.monotonic() - started < 1 and clock._nap == LONG_S / 2
+    clock.pause("a flag")               # a long sleep next: the flag says so first (then one more check)
+    assert memory[1] == _wake_words.ARMED_LONG and time.monotonic() - started < 1 and clock._nap == LONG_S / 2
     writer = threading.Timer(0.2, words.wake, (0,))
     writer.start()
     clock.pause("a flag")               # ends at the write
@@ -89,6 +92,7 @@ def test_a_wait_sleeps_until_a_write_then_once_plainly_after_one_that_did_not_en
     answers[1].wake(0)                  # answers do not end a wait for the heap's words
     clock._nap = 0.1                    # (the next sleep on the word: 0.2 s)
     clock.pause("a flag")               # (the flag set again, for the count it now sees)
+    clock.pause("a flag")               # (and set to say the sleep is long)
     started = time.monotonic()
     clock.pause("a flag")
     assert time.monotonic() - started >= 0.15 and len(plain) == 1
@@ -102,7 +106,9 @@ def test_a_nap_for_an_answer_ends_when_answers_land_not_at_writes_into_the_heap(
     naps.pause = 0.2
     naps.look()
     naps.nap()                          # only sets the flag of the word for answers
-    assert answers[0][1] == 1 and heap[0][1] == 0 and naps.pause == 0.2
+    assert answers[0][1] == _wake_words.ARMED and heap[0][1] == 0 and naps.pause == 0.2
+    naps.nap()                          # then says the sleep is long (writers on other nodes wake those)
+    assert answers[0][1] == _wake_words.ARMED_LONG and heap[0][1] == 0 and naps.pause == 0.2
     naps.look()
     heap[2].arm()
     heap[1].wake(0)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from numba import carray, njit
+from numba import carray, njit, typeof, types
 
 from ..core import _job
 from ..core._address import address_of
@@ -372,7 +372,7 @@ class Ucx:
     def _setup(self, heap_region, wake: int, answers: int) -> None:
         nic = self.nic
         _, on_answer, _, on_get_received, _, on_answers, _ = target.callbacks()
-        self._post, self._free_slots, self._flush, self._first_unanswered = post, free_slots, flush, first_unanswered
+        self._free_slots, self._flush, self._first_unanswered = free_slots, flush, first_unanswered
         self._quiet_once = quiet_once
         self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey, wake)
         # one-sided access: every PE's heap registered with UCX, its key unpacked per endpoint
@@ -389,6 +389,10 @@ class Ucx:
         self.headers = np.zeros((CAPACITY, target.REQUEST_WORDS), np.int64)
         # one-sided requests: plain parameters, and a slot's (its completion, ``_rma``)
         self._rma_params = (ucp.request_params(0), *rma.slot_params(rma.completion(), CAPACITY, self.ring))
+        # ``post``'s compiled form, called without the dispatcher's typing of 15 arguments
+        # (their types never change: a lane's batches are all alike, the rest Python ints)
+        self._post = post.compile((typeof(self.ring), typeof(self.ring), types.int64, typeof(self.headers),
+                                   *[types.int64] * 9, types.boolean, typeof(self._rma_params)))
         # UCX picks eager or rendezvous by size (UCX_RNDV_THRESH)
         self._request_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER)
         self._eager_params = ucp.request_params(ucp.AM_SEND_FLAG_REPLY | ucp.AM_SEND_FLAG_COPY_HEADER
