@@ -15,6 +15,7 @@ every answer. ``fence`` needs no work.
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -93,8 +94,9 @@ def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, 
     heap is registered for one-sided access (``_rma``), gets and puts (inline ones too) go
     one-sided (``_post_one_sided``); the rest as messages to its target, those that nobody
     waits for and that carry at most 8 bytes in that PE's batch. Its ticket; -1 when no
-    slot is free (or a failure must be reported first: see ``free_slots``), or when a request ahead of it to that PE must be answered
-    first (``ring[R_BLOCKED]``: its ticket + 1): a put or get whose data may land after
+    slot is free (or a failure must be reported first: see ``free_slots``), or when a
+    request ahead of it to that PE must be answered first (``ring[R_BLOCKED]``: its ticket
+    + 1): a put or get whose data may land after
     what follows (more than ``target.EAGER_BYTES``: by rendezvous), or a message ahead of a
     one-sided request; -3 when one-sided writes to that PE must be flushed before this
     message (``Ucx._flush_row``); -2 - ticket when UCX could not send it (its status in
@@ -290,13 +292,13 @@ def flush_lane(batches, written, worker, params, spins):
 
 
 @njit(cache=True)
-def looks_due(written, peers, looks):
+def look_at_written(written, peers, looks):
     """A look at the wake word of each PE (``peers``, by row) marked in ``written`` is due
     (``_wakes.look_later``; ``looks``: the cells' address); the marks cleared."""
     for row in range(written.shape[0]):
         if written[row] != 0:
             written[row] = 0
-            wakes.look_later(looks + peers[row] * 8 * wakes.LOOK_WORDS)
+            wakes.look_later(wakes.cell_of(looks, peers[row]))
 
 
 @njit(cache=True)
@@ -315,21 +317,17 @@ def quiet_once(ring, batches, written, peers, looks, failures, out, worker, wait
     if batches[batch.B_FAILED] != 0:
         return -1
     capacity = ring[target.R_CAPACITY]
-    ticket, last = ring[target.R_FREED], ring[target.R_NEXT]
-    waiters[0] += 1
-    for _ in range(spins):
-        while ticket < last and ring[_AT + target.C_DONE * capacity + ticket % capacity] > ticket:
-            ticket += 1
-        if ticket == last:
-            break
-        if _native.ucp_worker_progress(worker) == 0:
-            _native.sched_yield()
-    waiters[0] -= 1
-    if ticket < last:
-        return -1
+    done = ring[_AT + target.C_DONE * capacity:_AT + (target.C_DONE + 1) * capacity]
+    last = ring[target.R_NEXT]
+    ticket = first_unanswered(done, ring[target.R_FREED], last)
+    while ticket < last:
+        slot = ticket % capacity
+        if not worker_loops.progress_until(worker, waiters, done[slot:slot + 1], ticket + 1, spins):
+            return -1
+        ticket = first_unanswered(done, ticket, last)
     out[0] = flush_lane(batches, written, worker, params, spins) if batches[batch.B_UNFLUSHED] != 0 else 0
     if out[0] == 0:
-        looks_due(written, peers, looks)
+        look_at_written(written, peers, looks)
     out[1] = free_slots(ring, capacity, failures)
     return 0
 
@@ -373,7 +371,6 @@ class Ucx:
         nic = self.nic
         _, on_answer, _, on_get_received, _, on_answers, _ = target.callbacks()
         self._free_slots, self._flush, self._first_unanswered = free_slots, flush, first_unanswered
-        self._quiet_once = quiet_once
         self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey, wake)
         # one-sided access: every PE's heap registered with UCX, its key unpacked per endpoint
         self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size, wake)
@@ -405,10 +402,15 @@ class Ucx:
         # small requests nobody waits for, coalesced per peer (pgas.wire._batch)
         peers = sorted(self.worker.endpoints)
         self._row = {pe: row for row, pe in enumerate(peers)}
-        self._peer_numbers = np.array(peers, np.int64)          # by row, for ``looks_due``
         self._written = np.zeros(len(peers), np.int64)          # rows written to, by ``flush_lane``
+        # lane 0's ``quiet_once`` and ``look_at_written``, their arguments bound (the PEs by row)
+        looks = (self._written, np.array(peers, np.int64), self._looks.cells.ctypes.data)
+        self._look_at_written = functools.partial(look_at_written, *looks)
         self.batches = self._new_batches(self.worker.endpoints)
         self._batch_words = memoryview(self.batches)
+        self._quiet_now = functools.partial(quiet_once, self.ring, self.batches, *looks, self._failures,
+                                            self._quiet_out, self.worker.handle, self.worker.waiters,
+                                            self._rma_params[0].ctypes.data, WAIT_SPINS)
         # ``copy_once``'s tables: the arrays it reaches by address (kept by this engine), then each peer's
         common = [0] * T_ROW
         common[T_RING], common[T_RING_WORDS] = self.ring.ctypes.data, self.ring.size
@@ -434,11 +436,9 @@ class Ucx:
         self._free_slots(self.ring, CAPACITY, self._failures)
         self._first_unanswered(self.columns[target.C_DONE], 0, 0)
         flush_lane(self.batches, self._written, 0, 0, -1)        # (nothing to flush yet)
-        looks_due(self._written, self._peer_numbers, self._looks.cells.ctypes.data)
+        self._look_at_written()
         wakes.look_later(0)
-        self._quiet_once(self.ring, self.batches, self._written, self._peer_numbers, self._looks.cells.ctypes.data,
-                         self._failures, self._quiet_out, self.worker.handle, self.worker.waiters,
-                         self._rma_params[0].ctypes.data, WAIT_SPINS)       # (nothing to wait for yet)
+        self._quiet_now()           # (nothing to wait for yet)
 
     def _new_batches(self, endpoints: dict[int, int]) -> np.ndarray:
         """The batches (and one-sided keys) of a lane whose endpoint to PE ``pe`` is ``endpoints[pe]``."""
@@ -535,7 +535,7 @@ class Ucx:
                              ONE_SIDED_SPINS)
         self._check_flush(fn, request, pes)
         self._wait_requests(fn, [request] if request > 0 else [], deadline, pes)
-        looks_due(self._written, self._peer_numbers, self._looks.cells.ctypes.data)
+        self._look_at_written()
 
     @staticmethod
     def _check_flush(fn: str, request: int, pes) -> None:
@@ -588,11 +588,12 @@ class Ucx:
         """Free the answered slots nobody waits for, keeping their failures for ``quiet``
         (the first ``found`` rows of ``_failures``: found already, by ``quiet_once``)."""
         failures = self._failures
-        while found or (found := self._free_slots(self.ring, CAPACITY, failures)):
+        found = found or self._free_slots(self.ring, CAPACITY, failures)
+        while found:
             for op, pe, raddr, nbytes, syndrome in failures[:found].tolist():
                 self.errors.append(mlx5.refusal("pgas (non-blocking operation, reported at quiet)", OP_NAMES[op],
                                                 pe, raddr, nbytes, syndrome))
-            found = 0
+            found = self._free_slots(self.ring, CAPACITY, failures)
 
     def _wait_done(self, fn: str, ticket: int, deadline: float, waiting_for: str, pes) -> None:
         """Progress the worker (then back off with sleeps) until request ``ticket`` is answered."""
@@ -644,12 +645,9 @@ class Ucx:
             # unflushed: nothing to wait for (read through memoryviews, with the indexes
             # bound here: a quiet with nothing to do is on every small put's path)
             return
-        if pes is None and not self.lanes.several and not self.errors:
-            if self._quiet_once(self.ring, self.batches, self._written, self._peer_numbers,
-                                self._looks.cells.ctypes.data, self._failures, self._quiet_out, self.worker.handle,
-                                self.worker.waiters, self._rma_params[0].ctypes.data, WAIT_SPINS) == 0:
-                self._after_quiet_once(fn)
-                return
+        if pes is None and not self.lanes.several and not self.errors and self._quiet_now() == 0:
+            self._after_quiet_once(fn)
+            return
         last = int(self.ring[target.R_NEXT])
         self.flush()
         if self.batches[batch.B_FAILED]:
@@ -678,7 +676,7 @@ class Ucx:
             pes = sorted(self._row)
             self._check_flush(fn, request, pes)
             self._wait_requests(fn, [request], time.monotonic() + self.timeout, pes)
-            looks_due(self._written, self._peer_numbers, self._looks.cells.ctypes.data)
+            self._look_at_written()
         self._keep_failures(found)
         self.raise_failures(fn)
 

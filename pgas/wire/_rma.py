@@ -22,7 +22,7 @@ from ..core._errors import PgasError
 from ..core.native._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from . import _native, _target as target, _ucp as ucp, _window as window
-from ._wakes import AM_WAKE, LOOK_WORDS, Looks, look_later, wake_handler
+from ._wakes import AM_WAKE, Looks, cell_of, look_later, wake_handler
 
 __all__ = ["HeapKeys", "transports", "completion", "mark_done", "slot_params"]
 
@@ -131,7 +131,7 @@ def mark_done(ring, ticket, status, syndrome):
     slot = target.RING_HEADER + ticket % capacity
     landed = status == 0 and syndrome == 0 and ring[slot + target.C_OP * capacity] == target.PUT \
         and ring[slot + target.C_WAITED * capacity] != 0 and ring[target.R_LOOKS] != 0
-    look = ring[target.R_LOOKS] + 8 * LOOK_WORDS * ring[slot + target.C_PE * capacity] if landed else 0
+    look = cell_of(ring[target.R_LOOKS], ring[slot + target.C_PE * capacity]) if landed else 0
     target._land(ring, capacity, ticket, mlx5.SYNDROME_TRANSPORT if status != 0 else syndrome, status)
     look_later(look)
     target.wake_at(ring[target.R_WAKE])

@@ -23,7 +23,7 @@ from ..core.native._llvm import built_once
 from ..core.native._wake_words import ARMED_LONG
 from . import _native, _target as target, _ucp as ucp, _window as window
 
-__all__ = ["AM_WAKE", "LOOK_WORDS", "Looks", "look_later", "wake_if_asleep", "wake_handler"]
+__all__ = ["AM_WAKE", "LOOK_WORDS", "Looks", "cell_of", "look_later", "wake_if_asleep", "wake_handler"]
 
 AM_WAKE = 0x54          # (the target's are 0x50-0x53)
 # A peer's look (``wake_if_asleep``; int64 words): the endpoint to it, UCX's key to its heap,
@@ -58,12 +58,18 @@ class Looks:
         look_due(self.cells)        # (compiled now, not at a first wait)
 
     def address(self, pe: int) -> int:
-        return self.cells.ctypes.data + pe * LOOK_WORDS * 8
+        return cell_of(self.cells.ctypes.data, pe)
 
     def look_due(self) -> None:
         """The looks ``look_later`` asked for."""
         if self._any[0]:
             look_due(self.cells)
+
+
+@njit(nogil=True, cache=True)
+def cell_of(cells, pe):
+    """The address of PE ``pe``'s look in the cells at address ``cells`` (``Looks``)."""
+    return cells + pe * LOOK_WORDS * 8
 
 
 @njit(nogil=True, cache=True)
@@ -94,7 +100,7 @@ def look_due(cells):
     for pe in range(n):
         if cells[pe, K_DUE] != 0:
             cells[pe, K_DUE] = 0
-            wake_if_asleep(cells.ctypes.data + pe * LOOK_WORDS * 8)
+            wake_if_asleep(cell_of(cells.ctypes.data, pe))
     worker = cells[n, 1]
     for _ in range(_LOOK_SPINS):
         if not (cells[:n, K_ASKED] != 0).any():

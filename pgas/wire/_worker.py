@@ -194,7 +194,7 @@ class Worker:
         ucp.check(lib.ucp_worker_get_efd(self.handle, ctypes.addressof(efd)), "ucp_worker_get_efd")
         self.state = np.array([0, efd.value, self.handle, 0, 0], np.int64)
         self.waiters = self.state[_WAITERS:_WAITERS + 1]    # for ``progress_until``
-        self.wakes_address = self.state.ctypes.data + 8 * _WAKES    # counted by ``_rma``'s wake handler
+        self.wakes_address = self.state.ctypes.data + 8 * _WAKES    # counted by ``_wakes``' handler
         self._comm = comm
         self._addresses: dict[int, bytes] = {}      # peers' worker addresses, for more endpoints
         self._more_endpoints: list[int] = []         # made by connect_again, closed with the worker

@@ -17,10 +17,11 @@ Python without the fence (``WakeWords.armed``): in the rare case where its data 
 in the CPU's store buffer as the sleeper checks, the sleeper sees it when its sleep times
 out, as a write nobody counts (a user's store through ``ptr``) is seen.
 
-A writer on another node that reaches the heap one-sided (``pgas.wire._rma``) cannot
-wake anyone itself: after its writes land it reads the flag, and sends a message whose
-handler wakes the sleepers only where a thread sleeps long (``ARMED_LONG``: it set the flag
-so before a sleep of ``core._waiting.LONG_NAP_S`` or more). Waking through the peer's
+A writer on another node that reaches the heap one-sided (``pgas.wire._wakes``) cannot
+wake anyone itself: after its writes land (when a thread of it next starts to wait) it
+reads the flag, and sends a message whose handler wakes the sleepers only where a thread
+sleeps long (``ARMED_LONG``: it set the flag so before a sleep of
+``core._waiting.LONG_NAP_S`` or more). Waking through the peer's
 progress thread took longer than a short sleep's own end on two cores (a ping-pong of
 blocking puts between two nodes: 250-440 µs a round trip with every sleeper woken, 100-260
 with none), so a short sleep ends on its own and a long one is cut short.
