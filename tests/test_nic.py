@@ -257,6 +257,56 @@ def test_a_signal_after_a_large_put_comes_after_all_its_data(tmp_path, clean_shm
     _both_ok_as_two_nodes(tmp_path, LARGE_THEN_SIGNAL, transport, {"UCX_TLS": "tcp,self"})
 
 
+NBI_THEN_BLOCKING = r"""
+import numpy as np
+import pgas
+from pgas.runtime._state import runtime
+
+pgas.init()
+me = pgas.my_pe()
+block, src = pgas.zeros(1 << 20, np.uint8), pgas.zeros(1 << 20, np.uint8)
+back = np.zeros(8, np.uint8)
+pgas.barrier_all()
+if me == 0:
+    for step in range(1, 21):
+        src[:] = step       # (symmetric: put_nbi returns before the NIC has read it)
+        pgas.put_nbi(block, src, 1)
+        pgas.get(back, block[:8], 1)
+        assert back.tolist() == [step] * 8, (step, back.tolist())
+        pgas.put_nbi(block, src, 1)
+        pgas.put(block[:8], np.full(8, 200 + step, np.uint8), 1)
+        pgas.quiet()
+    transports = runtime("test").transports
+    if transports.remote_transport == "ibgda" and transports.native is not None:
+        # nothing in flight: the host's own put and get skip the NIC's queue pair
+        queue = transports.engine.queues[1]
+        posted = queue.counter("last")
+        pgas.put(block[:8], np.full(8, 7, np.uint8), 1)
+        pgas.get(back, block[:8], 1)
+        assert queue.counter("last") == posted and back.tolist() == [7] * 8
+        pgas.put(block[:8], np.full(8, 220, np.uint8), 1)
+pgas.barrier_all()
+if me == 1:
+    got = block.copy_to_host()
+    assert got[:8].tolist() == [220] * 8 and np.all(got[8:] == 20), got[:16].tolist()
+pgas.barrier_all()
+pgas.finalize()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ibgda+mpi"])
+def test_a_blocking_put_or_get_comes_after_the_put_nbi_before_it(tmp_path, clean_shm, transport):
+    """Through the NIC what a PE issues to another lands in issue order: a blocking put or
+    get just after a 1 MiB ``put_nbi`` to the same PE comes after it. ibgda's small host
+    calls go straight over UCX (the ucx engine's one-sided put and get) only while the NIC
+    has nothing of this PE's in flight to that PE (then the NIC's queue pair sees none of
+    them). Over TCP the ``put_nbi`` is still in
+    flight when the next call comes (without that rule the get read the bytes before it in
+    every run tried); over shared memory the NIC has most often finished it already."""
+    _both_ok_as_two_nodes(tmp_path, NBI_THEN_BLOCKING, transport, {"UCX_TLS": "tcp,self"})
+
+
 MASKED = r"""
 import numpy as np
 import pgas
@@ -620,6 +670,9 @@ else:           # the NIC's thread: a window of Python calls
     window = CopyingWindow(region.view)
     region.window, region.view = window, None
     count = lambda kind: window.calls[kind]
+# the host's own small put/get to PEs on other nodes through the NIC too, as on cuda (the
+# simulator's go over the ucx engine where the NIC has nothing in flight, never through a window)
+runtime("test").transports.copy_small = runtime("test").transports._copy_through_nic
 pgas.barrier_all()          # (every PE's NIC reaches its heap only through copies from now on)
 big, src = pgas.zeros(20000, np.int64), pgas.zeros(20000, np.int64)    # 160 KB: sent on its own
 words, w32, flag = pgas.zeros(8, np.int64), pgas.full(2, 0x3333, np.int32), pgas.zeros(1, np.int64)

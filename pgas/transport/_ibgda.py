@@ -140,6 +140,7 @@ class Ibgda:
         self._sleeper_ids = itertools.count()
         self.lanes = Lanes(self._new_queues(0), lambda: self._new_queues(len(self.lanes)))   # queues to every peer
         self.queues = self.lanes[0]
+        self._host_words = [queue.words for queue in self.queues.values()]     # (for ``quiet``)
 
     def _new_queues(self, lane: int) -> dict[int, DeviceQueue]:
         if self.native is not None:
@@ -200,6 +201,13 @@ class Ibgda:
         else:
             self._finish_copy(queue, -2, offset, laddr, lkey, nbytes, to_peer)
 
+    def in_flight_words(self) -> tuple[dict[int, int], int, int]:
+        """Where a request to each PE on the host's queue pairs (lane 0, the kernels' too)
+        shows as in flight: ``{pe: the address of its queue's descriptor}``, and the
+        indexes of two of its words, the completion floor and the last WQE posted (in
+        flight while the first is below the second)."""
+        return {pe: queue.address for pe, queue in self.queues.items()}, _FLOOR, _LAST
+
     def _finish_copy(self, queue: DeviceQueue, start: int, offset: int, laddr: int, lkey: int, nbytes: int,
                      to_peer: bool) -> None:
         """``copy_now``'s request that ``copy_once`` did not complete: submitted (-2) and
@@ -247,17 +255,24 @@ class Ibgda:
     def quiet(self, fn: str, pes=None) -> None:
         """Wait until every request posted so far (to the PEs in set ``pes``: each has its
         own queue) is complete; raise the first failure of a request nobody waited for."""
+        if not self.lanes.several:
+            for words in self._host_words:
+                if words[_FLOOR] < words[_LAST]:
+                    break
+            else:       # nothing in flight (the common case after blocking calls)
+                if self.errors:
+                    self.raise_failures(fn)
+                return
         for queue in self._all_queues() if self.lanes.several else self.queues.values():
-            if pes is not None and queue.peer not in pes:
-                continue
             words = queue.words
             last = words[_LAST]      # the newest published WQE's index + 1
             # (the floor stops at a refused WQE until its error is read: past ``last``, nothing to read)
-            if last and words[_FLOOR] < last and self._poll(queue) < last:
+            if words[_FLOOR] < last and (pes is None or queue.peer in pes) and self._poll(queue) < last:
                 self._sleep_until(fn, queue, last, lambda: self._poll(queue) >= last,
                                   lambda: f"the NIC to complete {last - queue.counter('floor')} basic blocks "
                                           f"of WQEs to PE {queue.peer}")
-        self.raise_failures(fn)
+        if self.errors:
+            self.raise_failures(fn)
 
     def _sleep_until(self, fn: str, queue: DeviceQueue, floor: int, done, waiting_for) -> None:
         """Read the CQs until ``done()``; between reads, sleep until the NIC has completed

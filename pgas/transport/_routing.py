@@ -65,6 +65,7 @@ class Transports:
         # a ``local`` that is not C-contiguous)
         self.copy_small = self._copy_through_nic
         self.engines: dict = {}          # remote transport name -> its engine, made on first use
+        self.quieted: tuple = ()         # the engines that may hold requests for ``quiet`` (``engine``'s)
         self.remote_transport = setting("PGAS_REMOTE_TRANSPORT")
         self.gpu_path = None             # cuda: the GPU-initiated path (heap.attach_nic)
         self._fetches: list = []         # (engine, ticket, out, dtype, pe): answers that land at quiet
@@ -114,6 +115,7 @@ class Transports:
                              f"({type(e).__name__}: {e}); PEs on other nodes are unreachable from this one\n")
             return
         self.heap_region.window = self.gpu_path.window     # the NIC reaches the heap from now on
+        self.quieted = (self.engine,)
         if native is not None:
             self._connected(self.engine, True)
         for pe in self.remote:
@@ -126,6 +128,7 @@ class Transports:
         uses the proxy."""
         if name not in REMOTE_TRANSPORTS:
             raise PgasError(f"remote transport must be one of {', '.join(REMOTE_TRANSPORTS)}, got {name!r}")
+        self.quiet("pgas.use_remote")       # (what the engine in use still holds)
         if name == "ibgda" and name not in self.engines:
             native = self._native_nic()
             try:
@@ -136,22 +139,48 @@ class Transports:
                 sys.stderr.write(f"pgas (PE {self.my_pe}): the GPU-initiated NIC path (ibgda) cannot be set up "
                                  f"here ({type(e).__name__}: {e}); using the CPU proxy for PEs on other nodes\n")
                 name = "proxy"
-        if name == "ucx" and name not in self.engines:
-            try:
-                self.engines[name] = self._connected(Ucx(self.nic, self.heap_region, self.timeout, *self._wake),
-                                                     True)
-            except PgasError as e:      # no UCX in this MPI
-                sys.stderr.write(f"pgas (PE {self.my_pe}): the ucx engine cannot be set up here ({e}); "
-                                 f"using the CPU proxy for PEs on other nodes\n")
-                name = "proxy"
+        if name == "ucx" and self._ucx_engine("using the CPU proxy for PEs on other nodes") is None:
+            name = "proxy"
         if name == "proxy" and name not in self.engines:
             native = self._native_nic()
             self.engines[name] = self._connected(proxy.Proxy(self.nic, self.timeout, native), native is not None)
         self.engine = self.engines[name]
-        self.copy_small = self.engine.copy_small if name == "ucx" else self._copy_through_nic
+        # (the ucx engine beside ibgda takes only copies complete on return: nothing to quiet)
+        self.quieted = (self.engine,)
+        self.copy_small = self._small_copies(name)
         self.remote_transport = name
         for pe in self.remote:
             self.kinds[pe] = name
+
+    def _ucx_engine(self, otherwise: str) -> Ucx | None:
+        """The ucx engine (made at the first call: collective), or None where it cannot be
+        set up (no UCX in this MPI: said once, with what is done ``otherwise``)."""
+        if "ucx" not in self.engines:
+            try:
+                self.engines["ucx"] = self._connected(Ucx(self.nic, self.heap_region, self.timeout, *self._wake),
+                                                      True)
+            except PgasError as e:
+                sys.stderr.write(f"pgas (PE {self.my_pe}): the ucx engine cannot be set up here ({e}); "
+                                 f"{otherwise}\n")
+                return None
+        return self.engines["ucx"]
+
+    def _small_copies(self, name: str):
+        """``copy_small`` for remote transport ``name``: the ucx engine's one-sided put or
+        get (ucx; and ibgda's, with the native NIC: NVSHMEM's host calls take the host's
+        transport rather than the GPU's queue pairs, here about twice as fast, but only
+        while the NIC has nothing of this PE's in flight to the peer: the engine's guard,
+        so that what was issued before to the same PE lands first); else one request
+        through the NIC."""
+        host = self.engines.get("ucx")
+        if name == "ibgda" and self.native is not None:
+            host = self._ucx_engine("host put/get to PEs on other nodes go through the NIC")
+            if host is not None:
+                host.guard_with(*self.engine.in_flight_words(), self._copy_through_nic)
+                return host.copy_small
+        elif host is not None:
+            host.guard_with({}, 0, 0)
+        return host.copy_small if name == "ucx" else self._copy_through_nic
 
     def _connected(self, engine, over_ucx: bool):
         """``engine``, its UCX endpoints (``over_ucx``: the ucx engine's, or the native NIC's)
@@ -201,7 +230,7 @@ class Transports:
             self.gpu_path.close(self.nic)       # after the NIC thread has stopped
         if self.wakes is not None:
             self.wakes.close()
-        self.engines, self.engine, self.nic, self.gpu_path = {}, None, None, None
+        self.engines, self.engine, self.quieted, self.nic, self.gpu_path = {}, None, (), None, None
 
     def regions(self) -> list[dict]:
         """The registered memory regions, for ``pgas.info()``."""
@@ -512,5 +541,5 @@ class Transports:
                 fetches = [f for f in self._fetches if pes is None or f[4] in pes]
                 self._fetches = [f for f in self._fetches if pes is not None and f[4] not in pes]
             self._land(fn, fetches)
-        for engine in self.engines.values():
+        for engine in self.quieted:
             engine.quiet(fn, pes)

@@ -212,9 +212,11 @@ def _post_one_sided(ring, batches, at_row, ticket, op, rkey, raddr, nbytes, ladd
 
 
 # ``copy_once``'s table (``Ucx._copy_tables``, one per peer): the engine's arrays by
-# address, then the peer's row, PE number, rkey and heap base
+# address, then the peer's row, PE number, rkey and heap base; then a guard (``guard_with``):
+# the address of another path's words to the peer (0: none), and which two of them must be
+# equal (its completion floor and its last request) for a copy to go this way
 (T_RING, T_RING_WORDS, T_BATCHES, T_BATCH_WORDS, T_HEADERS, T_PLAIN_PARAMS, T_SLOT_PARAMS, T_PARAM_BYTES,
- T_SLOT_CELLS, T_WORKER, T_WAITERS, T_ROW, T_PE, T_RKEY, T_BASE) = range(15)
+ T_SLOT_CELLS, T_WORKER, T_WAITERS, T_ROW, T_PE, T_RKEY, T_BASE, T_GUARD, T_GUARD_FLOOR, T_GUARD_LAST) = range(18)
 
 
 @njit(cache=True)
@@ -225,13 +227,18 @@ def copy_once(table, to_peer, offset, local):
     one-sided: its completion is this PE's own work). -1 when it completed unrefused (its
     slot freed); its ticket when the caller must wait for it; -2 when ``post`` could not
     take it now (the caller submits it as any request); -3 above one message's size, or
-    where ``local`` is not C-contiguous (the general path copies it first). The
+    where ``local`` is not C-contiguous (the general path copies it first); -4 while the
+    table's guard has requests in flight (the caller takes that path, behind them). The
     engine's arrays come by address in ``table``: four arguments are typed in a fifth of
     the time of its fourteen (this is the whole of a small put between nodes)."""
     nbytes = local.nbytes
     if nbytes > mlx5.MAX_MESSAGE or not local.flags.c_contiguous:
         return -3
     t = table
+    if t[T_GUARD] != 0:
+        guard = carray(words_at(t[T_GUARD]), (max(t[T_GUARD_FLOOR], t[T_GUARD_LAST]) + 1,))
+        if guard[t[T_GUARD_FLOOR]] < guard[t[T_GUARD_LAST]]:
+            return -4
     ring = carray(words_at(t[T_RING]), (t[T_RING_WORDS],))
     batches = carray(words_at(t[T_BATCHES]), (t[T_BATCH_WORDS],))
     headers = carray(words_at(t[T_HEADERS]), (CAPACITY, target.REQUEST_WORDS))
@@ -419,8 +426,9 @@ class Ucx:
         common[T_SLOT_PARAMS], common[T_PARAM_BYTES] = self._rma_params[1].ctypes.data, self._rma_params[1].shape[1]
         common[T_SLOT_CELLS], common[T_WORKER] = self._rma_params[2].ctypes.data, self.worker.handle
         common[T_WAITERS] = self.worker.waiters.ctypes.data
-        self._copy_tables = {pe: np.array([*common, row, pe, _signed(nic.remote[pe].rkey), nic.remote[pe].base],
-                                          np.int64) for pe, row in self._row.items()}
+        self._copy_tables = {pe: np.array([*common, row, pe, _signed(nic.remote[pe].rkey), nic.remote[pe].base,
+                                           0, 0, 0], np.int64) for pe, row in self._row.items()}
+        self._guarded = None            # ``copy_small``'s other path (``guard_with``)
         # a context's lane: endpoints of its own (connections of their own); its requests
         # are all waited for, so never batched
         self.lanes = Lanes(self.batches, lambda: self._new_batches(self.worker.connect_again()))
@@ -570,11 +578,23 @@ class Ucx:
             return self._finish_copy(pe, to_peer, offset, local, ticket)
         return True
 
+    def guard_with(self, words: dict[int, int], floor_at: int, last_at: int, otherwise=None) -> None:
+        """From now on ``copy_small`` to PE pe takes ``otherwise(pe, offset, local, to_peer)``
+        instead while the int64 words at address ``words[pe]`` (another path's to that PE)
+        have word ``floor_at`` below word ``last_at``: requests in flight there, which the
+        copy must come behind. No ``words``: no guard."""
+        for pe, table in self._copy_tables.items():
+            table[T_GUARD:] = (words[pe], floor_at, last_at) if words else (0, 0, 0)
+        self._guarded = otherwise if words else None
+
     def _finish_copy(self, pe: int, to_peer: bool, offset: int, local: np.ndarray, ticket: int) -> bool:
         """``copy_small`` after ``copy_once``: its request sent (-2) and waited for, then the
-        failures of earlier requests nobody waited for; False for what it did not take (-3)."""
+        failures of earlier requests nobody waited for; False for what it did not take (-3);
+        the guard's path (-4)."""
         if ticket == -3:
             return False
+        if ticket == -4:
+            return self._guarded(pe, offset, local, to_peer)
         fn = "pgas.put" if to_peer else "pgas.get"
         if ticket == -2:
             ticket = self.submit(fn, target.PUT if to_peer else target.GET, pe, self.nic.remote[pe].base + offset,

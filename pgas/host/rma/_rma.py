@@ -209,7 +209,7 @@ def quiet(stream=None) -> None:
     if rt.on_gpu:
         from .. import _gpu_ops
         _gpu_ops.quiet(stream, "pgas.quiet")
-    elif rt.transports.engines:     # (else every copy was complete on return)
+    elif rt.transports.quieted:     # (else every copy was complete on return)
         rt.transports.quiet("pgas.quiet")
 
 
