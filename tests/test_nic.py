@@ -154,6 +154,16 @@ if me == 0:
         raise AssertionError("a refused non-blocking put must fail quiet")
     except pgas.PgasError as e:
         assert "remote access error" in str(e), e
+    if rt.transports.remote_transport == "ibgda":   # a refusal already read (as a fetching atomic's wait
+        px.submit("forged", proxy.PUT, 1, remote.base + remote.size, laddr=local, lkey=heap_lkey, nbytes=8,
+                  waited=False)                                           # reads it): the next small put raises it
+        while not px.errors:
+            px._poll(px.queues[1])
+        try:
+            pgas.put(canary[:1], np.array([7], np.int64), 1)      # (over UCX: the NIC has nothing in flight)
+            raise AssertionError("a blocking put after a refused put_nbi must raise its failure")
+        except pgas.PgasError as e:
+            assert "remote access error" in str(e), e
     if rt.transports.remote_transport == "ucx":     # refusals inside one batch of small requests
         canary_at = remote.base + offset
         px.submit("forged", proxy.AMO_ADD, 1, canary_at + 40, nbytes=8, value=1, waited=False)   # applied
@@ -265,7 +275,7 @@ from pgas.runtime._state import runtime
 pgas.init()
 me = pgas.my_pe()
 block, src = pgas.zeros(1 << 20, np.uint8), pgas.zeros(1 << 20, np.uint8)
-back = np.zeros(8, np.uint8)
+word, back, one = pgas.zeros(1, np.int64), np.zeros(8, np.uint8), np.zeros(1, np.int64)
 pgas.barrier_all()
 if me == 0:
     for step in range(1, 21):
@@ -275,6 +285,12 @@ if me == 0:
         assert back.tolist() == [step] * 8, (step, back.tolist())
         pgas.put_nbi(block, src, 1)
         pgas.put(block[:8], np.full(8, 200 + step, np.uint8), 1)
+        pgas.put_nbi(word, np.array([step], np.int64), 1)       # an inline write
+        pgas.get(one, word, 1)
+        assert one[0] == step, (step, one[0])
+        pgas.atomic_set(word, -step, 1)                         # a message to the target
+        pgas.get(one, word, 1)
+        assert one[0] == -step, (step, one[0])
         pgas.quiet()
     transports = runtime("test").transports
     if transports.remote_transport == "ibgda" and transports.native is not None:
@@ -298,7 +314,8 @@ print("ok")
 @pytest.mark.parametrize("transport", ["ibgda", "proxy", "ibgda+mpi"])
 def test_a_blocking_put_or_get_comes_after_the_put_nbi_before_it(tmp_path, clean_shm, transport):
     """Through the NIC what a PE issues to another lands in issue order: a blocking put or
-    get just after a 1 MiB ``put_nbi`` to the same PE comes after it. ibgda's small host
+    get just after a 1 MiB ``put_nbi``, an inline ``put_nbi`` or an ``atomic_set`` to the
+    same PE comes after it. ibgda's small host
     calls go straight over UCX (the ucx engine's one-sided put and get) only while the NIC
     has nothing of this PE's in flight to that PE (then the NIC's queue pair sees none of
     them). Over TCP the ``put_nbi`` is still in

@@ -128,7 +128,18 @@ class Transports:
         uses the proxy."""
         if name not in REMOTE_TRANSPORTS:
             raise PgasError(f"remote transport must be one of {', '.join(REMOTE_TRANSPORTS)}, got {name!r}")
-        self.quiet("pgas.use_remote")       # (what the engine in use still holds)
+        try:
+            self.quiet("pgas.use_remote")       # (what the engine in use still holds)
+        except PgasError as e:      # a failure kept for quiet: raised once every PE has switched
+            failure = e
+        else:
+            failure = None
+        self._switch(name)
+        if failure is not None:
+            raise failure
+
+    def _switch(self, name: str) -> None:
+        """``use_remote``'s switch to ``name`` (collective where an engine is made)."""
         if name == "ibgda" and name not in self.engines:
             native = self._native_nic()
             try:
@@ -145,7 +156,8 @@ class Transports:
             native = self._native_nic()
             self.engines[name] = self._connected(proxy.Proxy(self.nic, self.timeout, native), native is not None)
         self.engine = self.engines[name]
-        # (the ucx engine beside ibgda takes only copies complete on return: nothing to quiet)
+        # (the ucx engine beside ibgda takes only copies complete on return: nothing to
+        # quiet, unless one timed out: ``_quiet_beside``)
         self.quieted = (self.engine,)
         self.copy_small = self._small_copies(name)
         self.remote_transport = name
@@ -173,14 +185,24 @@ class Transports:
         so that what was issued before to the same PE lands first); else one request
         through the NIC."""
         host = self.engines.get("ucx")
-        if name == "ibgda" and self.native is not None:
+        beside = name == "ibgda" and self.native is not None
+        if host is None:    # (collective: the ucx engine is made on every PE or on none)
+            beside = all(self.nic.comm.allgather(beside))
+        if beside:
             host = self._ucx_engine("host put/get to PEs on other nodes go through the NIC")
             if host is not None:
-                host.guard_with(*self.engine.in_flight_words(), self._copy_through_nic)
+                host.guard_with(*self.engine.in_flight_words(), self._copy_through_nic, self.engine,
+                                functools.partial(self._quiet_beside, host))
                 return host.copy_small
         elif host is not None:
             host.guard_with({}, 0, 0)
         return host.copy_small if name == "ucx" else self._copy_through_nic
+
+    def _quiet_beside(self, host: Ucx) -> None:
+        """A copy of the ucx engine beside ibgda timed out (still in flight): ``quiet``
+        completes the ucx engine's requests too from now on."""
+        if host not in self.quieted:
+            self.quieted = (*self.quieted, host)
 
     def _connected(self, engine, over_ucx: bool):
         """``engine``, its UCX endpoints (``over_ucx``: the ucx engine's, or the native NIC's)

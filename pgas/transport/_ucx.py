@@ -355,6 +355,18 @@ def first_unanswered(done, first, last):
     return last
 
 
+class _NothingBeside:
+    """No other path beside the engine's copies (``Ucx.guard_with``)."""
+    errors = ()
+
+    @staticmethod
+    def raise_failures(fn: str) -> None:
+        """Nothing to raise."""
+
+
+_NOTHING_BESIDE = _NothingBeside()
+
+
 class Ucx:
     """The ring of requests of one PE and its UCX worker, reaching ``nic.peers`` (the NIC's
     registrations name the heaps: raddr and rkey). ``wake``, ``answers``: the addresses of
@@ -428,7 +440,8 @@ class Ucx:
         common[T_WAITERS] = self.worker.waiters.ctypes.data
         self._copy_tables = {pe: np.array([*common, row, pe, _signed(nic.remote[pe].rkey), nic.remote[pe].base,
                                            0, 0, 0], np.int64) for pe, row in self._row.items()}
-        self._guarded = None            # ``copy_small``'s other path (``guard_with``)
+        self._guarded = self._timed_out = None      # ``copy_small``'s other path (``guard_with``)
+        self._beside = _NOTHING_BESIDE
         # a context's lane: endpoints of its own (connections of their own); its requests
         # are all waited for, so never batched
         self.lanes = Lanes(self.batches, lambda: self._new_batches(self.worker.connect_again()))
@@ -574,18 +587,24 @@ class Ucx:
         above one message's size (the general path refuses it) or where ``local`` is not
         C-contiguous (the general path copies it first)."""
         ticket = copy_once(self._copy_tables[pe], to_peer, offset, local)
-        if ticket != -1 or self.errors:
+        if ticket != -1 or self.errors or self._beside.errors:
             return self._finish_copy(pe, to_peer, offset, local, ticket)
         return True
 
-    def guard_with(self, words: dict[int, int], floor_at: int, last_at: int, otherwise=None) -> None:
+    def guard_with(self, words: dict[int, int], floor_at: int, last_at: int, otherwise=None, beside=None,
+                   timed_out=None) -> None:
         """From now on ``copy_small`` to PE pe takes ``otherwise(pe, offset, local, to_peer)``
         instead while the int64 words at address ``words[pe]`` (another path's to that PE)
         have word ``floor_at`` below word ``last_at``: requests in flight there, which the
-        copy must come behind. No ``words``: no guard."""
+        copy must come behind. The failures of that path's requests nobody waited for
+        (``beside.errors``, ``beside.raise_failures``) are raised by the next copy, as that
+        path would; ``timed_out()`` is called when a copy's wait times out (it is still in
+        flight). No ``words``: no guard."""
         for pe, table in self._copy_tables.items():
             table[T_GUARD:] = (words[pe], floor_at, last_at) if words else (0, 0, 0)
         self._guarded = otherwise if words else None
+        self._beside = beside if words else _NOTHING_BESIDE
+        self._timed_out = timed_out if words else None
 
     def _finish_copy(self, pe: int, to_peer: bool, offset: int, local: np.ndarray, ticket: int) -> bool:
         """``copy_small`` after ``copy_once``: its request sent (-2) and waited for, then the
@@ -600,8 +619,14 @@ class Ucx:
             ticket = self.submit(fn, target.PUT if to_peer else target.GET, pe, self.nic.remote[pe].base + offset,
                                  laddr=address_of(local), nbytes=local.nbytes)
         if ticket >= 0:
-            self.wait(fn, ticket)
+            try:
+                self.wait(fn, ticket)
+            except PgasTimeoutError:
+                if self._timed_out is not None:
+                    self._timed_out()
+                raise
         self.raise_failures(fn)
+        self._beside.raise_failures(fn)
         return True
 
     def _keep_failures(self, found: int = 0) -> None:
