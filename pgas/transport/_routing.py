@@ -191,11 +191,10 @@ class Transports:
         if beside:
             host = self._ucx_engine("host put/get to PEs on other nodes go through the NIC")
             if host is not None:
-                host.guard_with(*self.engine.in_flight_words(), self._copy_through_nic, self.engine,
-                                functools.partial(self._quiet_beside, host))
+                host.guard_with(self.engine, self._copy_through_nic, functools.partial(self._quiet_beside, host))
                 return host.copy_small
         elif host is not None:
-            host.guard_with({}, 0, 0)
+            host.guard_with()
         return host.copy_small if name == "ucx" else self._copy_through_nic
 
     def _quiet_beside(self, host: Ucx) -> None:

@@ -440,8 +440,7 @@ class Ucx:
         common[T_WAITERS] = self.worker.waiters.ctypes.data
         self._copy_tables = {pe: np.array([*common, row, pe, _signed(nic.remote[pe].rkey), nic.remote[pe].base,
                                            0, 0, 0], np.int64) for pe, row in self._row.items()}
-        self._guarded = self._timed_out = None      # ``copy_small``'s other path (``guard_with``)
-        self._beside = _NOTHING_BESIDE
+        self.guard_with()           # (none yet: ``copy_small``'s other path)
         # a context's lane: endpoints of its own (connections of their own); its requests
         # are all waited for, so never batched
         self.lanes = Lanes(self.batches, lambda: self._new_batches(self.worker.connect_again()))
@@ -591,20 +590,19 @@ class Ucx:
             return self._finish_copy(pe, to_peer, offset, local, ticket)
         return True
 
-    def guard_with(self, words: dict[int, int], floor_at: int, last_at: int, otherwise=None, beside=None,
-                   timed_out=None) -> None:
-        """From now on ``copy_small`` to PE pe takes ``otherwise(pe, offset, local, to_peer)``
-        instead while the int64 words at address ``words[pe]`` (another path's to that PE)
-        have word ``floor_at`` below word ``last_at``: requests in flight there, which the
-        copy must come behind. The failures of that path's requests nobody waited for
-        (``beside.errors``, ``beside.raise_failures``) are raised by the next copy, as that
-        path would; ``timed_out()`` is called when a copy's wait times out (it is still in
-        flight). No ``words``: no guard."""
+    def guard_with(self, beside=None, otherwise=None, timed_out=None) -> None:
+        """From now on ``copy_small`` to PE pe comes behind the requests of another path,
+        ``beside`` (``in_flight_words()``: where its requests to each PE show as in
+        flight; ``errors`` and ``raise_failures``: the failures of those nobody waited
+        for): while one to that PE is in flight it takes ``otherwise(pe, offset, local,
+        to_peer)`` instead; the next copy raises ``beside``'s failures, as that path would;
+        ``timed_out()`` is called when a copy's wait times out (it is still in flight).
+        No ``beside``: no guard."""
+        words, floor_at, last_at = beside.in_flight_words() if beside is not None else ({}, 0, 0)
         for pe, table in self._copy_tables.items():
             table[T_GUARD:] = (words[pe], floor_at, last_at) if words else (0, 0, 0)
-        self._guarded = otherwise if words else None
-        self._beside = beside if words else _NOTHING_BESIDE
-        self._timed_out = timed_out if words else None
+        self._guarded, self._timed_out = otherwise, timed_out
+        self._beside = _NOTHING_BESIDE if beside is None else beside
 
     def _finish_copy(self, pe: int, to_peer: bool, offset: int, local: np.ndarray, ticket: int) -> bool:
         """``copy_small`` after ``copy_once``: its request sent (-2) and waited for, then the
