@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
+import sys
 import threading
 
 import numpy as np
@@ -42,9 +43,9 @@ __all__ = ["Ibgda", "DeviceQueue"]
 _WAIT_BACKOFF_S = 100e-6     # longest sleep of a thread polling a completion queue
 _OPCODE = {PUT: mlx5.OP_RDMA_WRITE, PUT_INLINE: mlx5.OP_RDMA_WRITE, GET: mlx5.OP_RDMA_READ}
 _KIND = {PUT: code.KIND_DATA, PUT_INLINE: code.KIND_INLINE, GET: code.KIND_DATA}
-# operand words are numpy uint64s, as atomic_segments makes them: one type for numba's
-# post_and_ring whatever the request (each new type would compile it again, mid-run)
-_NO_OPERANDS = (np.uint64(0),) * 4
+# operand words are non-negative Python ints (``post_and_ring`` is compiled for uint64s,
+# which it takes from ints in a quarter of the time of numpy's uint64 scalars)
+_NO_OPERANDS = (0,) * 4
 # the queue's ``ibgda_progress`` (its collapsed CQE read, the completion floor advanced;
 # the floor), callable from numba once ``Ibgda`` has registered it with the native NIC
 _queue_progress = types.ExternalFunction("pgas_ibgda_progress", types.uint64(types.int64))
@@ -175,9 +176,9 @@ class Ibgda:
             kind, opcode = _KIND[op], _OPCODE[op]
             if op == PUT_INLINE:
                 nbytes = size
-                operands = (np.uint64(value & ((1 << (8 * size)) - 1)), *_NO_OPERANDS[1:])
+                operands = (value & ((1 << (8 * size)) - 1), 0, 0, 0)
         else:
-            kind, opcode, *operands = atomic_segments(op, size, value, compare)
+            kind, opcode, *operands = atomic_segments(op, size, value, compare, word=int)
             lkey, nbytes = queue.lkey, size
         clock = None
         while (posted := self._post(queue, kind, opcode, raddr, rkey, lkey, laddr, nbytes, operands, int(waited))) < 0:
@@ -245,9 +246,9 @@ class Ibgda:
                                   lambda: f"the NIC to complete the {OP_NAMES[op]} to PE {queue.peer}")
             if key in self._failed:
                 raise PgasError(mlx5.refusal(fn, *self._failed.pop(key)))
-            if op >= AMO_ADD:
-                cell = queue.cells[start % queue.qp.depth:start % queue.qp.depth + 1].view(np.uint8)
-                return int.from_bytes(cell[:size].tobytes(), "big")    # network byte order
+            if op >= AMO_ADD:      # its cell's first ``size`` bytes, in network byte order
+                cell = int(queue.cells[start % queue.qp.depth]).to_bytes(8, sys.byteorder)
+                return int.from_bytes(cell[:size], "big")
             return 0
         finally:
             queue.waited[start % queue.qp.depth] = 0      # its blocks may be reused

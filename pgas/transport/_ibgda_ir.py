@@ -73,8 +73,9 @@ def atomic_segments(op, size, value, compare, word=np.uint64):
     atomic (swap/and/or: masked compare-swap with no compare; xor: masked fetch-add with
     every bit a field of its own, so no carries), as NVSHMEM's IBGDA does. ``word`` makes
     the operand words (it takes an int or a value, and its results know ``&`` and ``~``):
-    numpy's uint64 on the host; on the cuda backend, IR values (``op`` and ``size`` are
-    then constants of the kernel, so the branches are taken when it compiles).
+    on the host ``int`` (the ibgda engine) or numpy's uint64 (the proxy); on the cuda
+    backend, IR values (``op`` and ``size`` are then constants of the kernel, so the
+    branches are taken when it compiles).
     """
     ones = word(0xFFFFFFFF if size == 4 else 0xFFFFFFFFFFFFFFFF)
     value = word(value) & ones

@@ -36,6 +36,9 @@ __all__ = ["Transports", "REMOTE_TRANSPORTS"]
 
 REMOTE_TRANSPORTS = ("ibgda", "proxy", "ucx")   # the first two drive the emulated NIC (docs/transports.md)
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}    # an element's bits, by its size
+# native integer dtypes: (least, greatest, the mask of an element's bits)
+_INT_LIMITS = {np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max), (1 << (8 * np.dtype(t).itemsize)) - 1)
+               for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)}
 _MAX_FETCHES = 32      # posted fetching atomics whose answers wait for quiet, at most
 _AMO = {"xchg": proxy.AMO_SWAP, "add": proxy.AMO_ADD, "and": proxy.AMO_AND, "or": proxy.AMO_OR,
         "xor": proxy.AMO_XOR}
@@ -444,8 +447,13 @@ class Transports:
         item = word[:1]
         raddr = self._raddr(pe, item, fn, what)
         size, dtype = item.itemsize, item.dtype
+        limits = _INT_LIMITS.get(dtype)
         if size > 8:
             self.copy(fn, pe, True, item, 1, np.array([value], dtype), 1, 0, 1, False)
+        elif limits is not None and (type(value) is dtype.type
+                                     or type(value) is int and limits[0] <= value <= limits[1]):
+            # an integer the word holds as it is (the common case: a tenth of the time of numpy's way)
+            self._put_inline(fn, pe, raddr, size, int(value) & limits[2])
         elif type(value) in (int, float, bool) and dtype.kind in "biufc" and dtype.isnative:
             # the bits from a numpy scalar's view (no array made); the same conversion and
             # errors as an array's for Python numbers (not for numpy scalars: np.int8 of an

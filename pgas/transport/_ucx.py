@@ -309,11 +309,11 @@ def look_at_written(written, peers, looks):
 
 
 @njit(cache=True)
-def quiet_once(ring, batches, written, peers, looks, failures, out, worker, waiters, params, spins):
+def quiet_once(ring, batches, written, peers, looks, failures, out, worker, waiters, params, spins, flush_spins):
     """``quiet`` of lane ``batches`` in one native call, where every request is answered
     within ``spins`` rounds of progress: the batches sent, the answers waited for, the
-    one-sided writes flushed (``flush_lane``; the looks at the wake words of the PEs
-    written to then due), the answered slots freed (``free_slots``). 0 when it got that
+    one-sided writes flushed (``flush_lane``, up to ``flush_spins`` rounds; the looks at
+    the wake words of the PEs written to then due), the answered slots freed (``free_slots``). 0 when it got that
     far: ``out[0]`` is the flush's request still in flight (> 0), or its status, and
     ``out[1]`` how many failures ``free_slots`` copied to ``failures``; -1 when a request
     is still unanswered, or a batch could not be sent (the caller's Python ``quiet`` goes
@@ -332,7 +332,7 @@ def quiet_once(ring, batches, written, peers, looks, failures, out, worker, wait
         if not worker_loops.progress_until(worker, waiters, done[slot:slot + 1], ticket + 1, spins):
             return -1
         ticket = first_unanswered(done, ticket, last)
-    out[0] = flush_lane(batches, written, worker, params, spins) if batches[batch.B_UNFLUSHED] != 0 else 0
+    out[0] = flush_lane(batches, written, worker, params, flush_spins) if batches[batch.B_UNFLUSHED] != 0 else 0
     if out[0] == 0:
         look_at_written(written, peers, looks)
     out[1] = free_slots(ring, capacity, failures)
@@ -429,7 +429,7 @@ class Ucx:
         self._batch_words = memoryview(self.batches)
         self._quiet_now = functools.partial(quiet_once, self.ring, self.batches, *looks, self._failures,
                                             self._quiet_out, self.worker.handle, self.worker.waiters,
-                                            self._rma_params[0].ctypes.data, WAIT_SPINS)
+                                            self._rma_params[0].ctypes.data, WAIT_SPINS, ONE_SIDED_SPINS)
         # ``copy_once``'s tables: the arrays it reaches by address (kept by this engine), then each peer's
         common = [0] * T_ROW
         common[T_RING], common[T_RING_WORDS] = self.ring.ctypes.data, self.ring.size

@@ -52,6 +52,14 @@ def p_kernel(dest, value, pe):
 
 
 @cuda.jit
+def p_two_kernel(dest, first, second, pe):
+    if cuda.threadIdx.x == 0:
+        dev.p(dest[0:], first, pe)
+    else:
+        dev.p(dest[1:], second, pe)
+
+
+@cuda.jit
 def g_kernel(dest, got, pe):
     i = cuda.threadIdx.x
     got[i] = dev.g(dest[i:], pe)
@@ -139,6 +147,23 @@ def check_p_and_g_from_many_threads():
     pgas.barrier_all()
     assert dest.copy_to_host().tolist() == [1000 * left + i for i in range(threads)]
     pgas.free(dest)
+
+
+def check_p_carries_the_extremes_of_every_type():
+    """The least and greatest value of each integer dtype (a Python int, and a numpy scalar of
+    that dtype) and floats arrive whole: through the NIC, their bits in an inline write."""
+    me, n, right, left = ring_neighbours()
+    integers = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+    cases = [(np.dtype(t), int(np.iinfo(t).min), t(np.iinfo(t).max)) for t in integers]
+    cases += [(np.dtype(np.float64), -1.5, 2.0 ** 100), (np.dtype(np.float32), 0.1, np.float32(-3e38))]
+    arrays = [pgas.zeros(2, dtype) for dtype, _, _ in cases]
+    pgas.barrier_all()
+    for dest, (_, first, second) in zip(arrays, cases):
+        p_two_kernel[1, 2](dest, first, second, right)
+    pgas.barrier_all()
+    for dest, (dtype, first, second) in zip(arrays, cases):
+        assert dest.copy_to_host().tolist() == np.array([first, second], dtype).tolist(), dtype
+        pgas.free(dest)
 
 
 def check_strided_iput_and_iget():
