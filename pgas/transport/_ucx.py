@@ -313,11 +313,11 @@ def quiet_once(ring, batches, written, peers, looks, failures, out, worker, wait
     """``quiet`` of lane ``batches`` in one native call, where every request is answered
     within ``spins`` rounds of progress: the batches sent, the answers waited for, the
     one-sided writes flushed (``flush_lane``, up to ``flush_spins`` rounds; the looks at
-    the wake words of the PEs written to then due), the answered slots freed (``free_slots``). 0 when it got that
-    far: ``out[0]`` is the flush's request still in flight (> 0), or its status, and
-    ``out[1]`` how many failures ``free_slots`` copied to ``failures``; -1 when a request
-    is still unanswered, or a batch could not be sent (the caller's Python ``quiet`` goes
-    on from there)."""
+    the wake words of the PEs written to then due), the answered slots freed
+    (``free_slots``). 0 when it got that far: ``out[0]`` is the flush's request still in
+    flight (> 0), or its status, and ``out[1]`` how many failures ``free_slots`` copied to
+    ``failures``; -1 when a request is still unanswered, or a batch could not be sent (the
+    caller's Python ``quiet`` goes on from there)."""
     if batches[batch.B_FAILED] != 0:
         return -1
     batch.flush_all(batches)
