@@ -220,6 +220,133 @@ def _both_ok_as_two_nodes(tmp_path, program: str, transport: str, env: dict | No
     assert pe_lines(proc) == ["[0] ok", "[1] ok"]
 
 
+REGISTERED_APART = r"""
+from multiprocessing import shared_memory
+import numpy as np
+import pgas, pgas.device as dev
+from numba import cuda
+from pgas.runtime._arrays import as_ndarray
+from pgas.runtime._state import runtime
+from pgas.transport import _proxy as proxy
+from pgas.wire import _rma as rma
+
+N = 3 * 512             # three pages of int64
+
+@cuda.jit
+def p_kernel(dest, value, pe):
+    dev.p(dest[5:], value, pe)
+    dev.quiet()
+
+def keys_to(keys, offset):
+    '''UCX's keys to the memory made symmetric at ``offset``, in every endpoint's table of ``keys``.'''
+    found = []
+    for _, table in keys._tables.values():
+        for i in range(table[0]):
+            at = 1 + i * rma.REGION_WORDS
+            if table[at + 1] != 0 and table[at] == offset:
+                found.append(int(table[at + 2]))
+    return found
+
+def registered_apart(offset):
+    '''Every user of UCX holds keys to the memory at ``offset`` of its own, not the heap's.'''
+    users = rt.transports._heap_keys()
+    assert users, "nothing reaches the peers one-sided"
+    for keys in users:
+        found = keys_to(keys, offset)
+        assert found and 0 not in found and not set(found) & set(keys._unpacked), (found, keys._unpacked)
+        assert keys._registrations[offset][0] == N * 8
+
+def round_trip(sym, mine, step):
+    '''A host put and get and a device p into the other PE's registered memory.'''
+    pgas.put(sym[:512], np.arange(512, dtype=np.int64) + 100 * me + step, other)
+    p_kernel[1, 1](sym, 1000 * step + me, other)
+    pgas.quiet()
+    pgas.barrier_all()
+    expected = np.arange(512) + 100 * other + step
+    expected[5] = 1000 * step + other
+    assert np.array_equal(mine[:512], expected), mine[:8]
+    back = np.zeros(512, np.int64)
+    pgas.get(back, sym[:512], other)
+    expected[:] = np.arange(512) + 100 * me + step
+    expected[5] = 1000 * step + me
+    assert np.array_equal(back, expected), back[:8]
+    pgas.barrier_all()
+
+pgas.init()
+me, other = pgas.my_pe(), 1 - pgas.my_pe()
+rt = runtime("test")
+shm = shared_memory.SharedMemory(create=True, size=N * 8)
+mine = np.ndarray(N, np.int64, buffer=shm.buf)
+mine[:] = -1
+sym = pgas.register_symmetric(mine)
+offset = rt.heap.offset_of(as_ndarray(sym, "test", "sym"), "test", "sym")
+registered_apart(offset)
+round_trip(sym, mine, 1)
+local = as_ndarray(pgas.zeros(2, np.int64), "test", "local")     # (in the heap: the NIC's key to it)
+if me == 0:         # requests that cross an edge of the registered memory: no one key holds them
+    remote = rt.transports.nic.remote[1]
+    for engine in {id(e): e for e in (rt.transports.engine, rt.transports.engines.get("ucx")) if e}.values():
+        for raddr in (remote.base + offset - 8, remote.base + offset + N * 8 - 8):
+            ticket = engine.submit("crossing", proxy.PUT, 1, raddr, laddr=local.ctypes.data,
+                                   lkey=rt.transports.heap_region.lkey, nbytes=16, size=8)
+            try:
+                engine.wait("crossing", ticket)
+                raise AssertionError(f"a put across an edge of registered memory was not refused ({raddr:#x})")
+            except pgas.PgasError as e:
+                assert "remote access error" in str(e) and f"{raddr:#x}" in str(e), e
+pgas.barrier_all()
+if me == 1:         # nothing of them written
+    assert mine[0] != 0 and mine[-1] == -1, (mine[0], mine[-1])
+    assert not rt.heap.views[me][offset - 8:offset].any()
+# an engine made after the registration registers it too
+rt.transports.quiet("test")
+pgas.barrier_all()
+rt.transports.use_remote("ibgda" if rt.transports.remote_transport == "ucx" else "ucx")
+registered_apart(offset)
+round_trip(sym, mine, 2)
+pgas.unregister_symmetric(sym)
+for keys in rt.transports._heap_keys():     # the keys destroyed, the registration dropped
+    assert not keys_to(keys, offset) and not keys._registrations
+# a registration that fails on one PE fails the call on every PE, naming it, nothing kept
+used = pgas.info()["heap_used"]
+real_map = rma.HeapKeys._map
+def refused_on_pe_1(self, address, nbytes, what):
+    if me == 1:
+        return 0, b"", f"PE 1: UCX could not register {what} (made to fail by the test)"
+    return real_map(self, address, nbytes, what)
+rma.HeapKeys._map = refused_on_pe_1
+try:
+    pgas.register_symmetric(mine)
+    raise AssertionError("a failed registration must fail register_symmetric")
+except pgas.PgasError as e:
+    assert "pgas.register_symmetric: PE 1: UCX could not register the memory made symmetric at heap offset" \
+        in str(e), e
+rma.HeapKeys._map = real_map
+for keys in rt.transports._heap_keys():
+    assert not keys._registrations and not any(table[2::rma.REGION_WORDS].any() for _, table in keys._tables.values())
+assert pgas.info()["heap_used"] == used
+again = pgas.register_symmetric(mine)       # and it can be registered after all
+registered_apart(rt.heap.offset_of(as_ndarray(again, "test", "again"), "test", "again"))
+pgas.unregister_symmetric(again)
+pgas.finalize()
+shm.unlink()
+shm.close()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("transport", ["ibgda", "proxy", "ucx"])
+def test_memory_made_symmetric_is_registered_with_ucx_apart_from_the_heap(tmp_path, clean_shm, transport):
+    """``register_symmetric`` memory (another file's pages mapped over a range of the heap)
+    gets a UCX registration and keys of its own in every user of UCX, made before or after
+    it (a NIC that pinned the heap's pages would not reach it through the heap's key);
+    puts, gets and a device ``p`` reach it; a request across its edge is refused, nothing
+    written; ``unregister_symmetric`` destroys the keys; a registration that fails on one PE
+    fails the call on every PE, naming that PE, and leaves nothing registered."""
+    skip_on_cuda("register_symmetric over UCX: the simulator's host heap")
+    _both_ok_as_two_nodes(tmp_path, REGISTERED_APART, transport)
+
+
 LARGE_THEN_SIGNAL = r"""
 import numpy as np
 import pgas, pgas.device as dev

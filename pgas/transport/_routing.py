@@ -74,6 +74,7 @@ class Transports:
         self._fetches: list = []         # (engine, ticket, out, dtype, pe): answers that land at quiet
         self._fetches_lock = threading.Lock()
         self.registered: dict[int, tuple] = {}   # register_buffer: address -> (nbytes, array, region or None)
+        self.symmetric: dict[int, int] = {}      # register_symmetric: heap offset -> bytes (``add_symmetric``)
         self.nic = Nic(boot.comm, boot.my_pe, on_nic_failure)
         if wakes is not None:
             self.nic.on_written = functools.partial(wakes.wake, boot.my_pe)
@@ -172,8 +173,8 @@ class Transports:
         set up (no UCX in this MPI: said once, with what is done ``otherwise``)."""
         if "ucx" not in self.engines:
             try:
-                self.engines["ucx"] = self._connected(Ucx(self.nic, self.heap_region, self.timeout, *self._wake),
-                                                      True)
+                self.engines["ucx"] = self._connected(Ucx(self.nic, self.heap_region, self.timeout, *self._wake,
+                                                          registered=self.symmetric), True)
             except PgasError as e:
                 sys.stderr.write(f"pgas (PE {self.my_pe}): the ucx engine cannot be set up here ({e}); "
                                  f"{otherwise}\n")
@@ -232,8 +233,36 @@ class Transports:
         first of them), or None: PGAS_NIC_WIRE=mpi, or UCX cannot be loaded (the emulated
         NIC's thread then executes them over MPI)."""
         if self.native_nic and self.native is None:
-            self.native = NicQueues(self.nic, self.heap_region, *self._wake)
+            self.native = NicQueues(self.nic, self.heap_region, *self._wake, registered=self.symmetric)
         return self.native
+
+    def add_symmetric(self, offset: int, nbytes: int, fn: str) -> None:
+        """Memory made symmetric at ``offset`` of every heap (``register_symmetric``, its
+        ``nbytes`` mapped there): registered with UCX apart from the heap by each user of
+        UCX that reaches the peers one-sided (collective), and by those made later. A
+        PgasError naming the PEs where it could not be, nothing kept registered then."""
+        done = []
+        try:
+            for keys in self._heap_keys():
+                keys.add(offset, nbytes, fn)
+                done.append(keys)
+        except PgasError:
+            for keys in done:
+                keys.remove(offset)
+            raise
+        self.symmetric[offset] = nbytes
+
+    def remove_symmetric(self, offset: int) -> None:
+        """Undo ``add_symmetric`` (nobody reaches the memory any more)."""
+        for keys in self._heap_keys():
+            keys.remove(offset)
+        del self.symmetric[offset]
+
+    def _heap_keys(self) -> list:
+        """The heap's registrations with UCX (``_rma.HeapKeys``): the ucx engine's and the
+        native NIC's, where they reach the peers one-sided."""
+        users = (self.engines.get("ucx"), self.native)
+        return [user.heap_keys for user in users if user is not None and user.heap_keys is not None]
 
     def close(self) -> None:
         """Stop the remote engines and the NIC (every PE must be done with this one: after a barrier)."""

@@ -175,7 +175,9 @@ def post(ring, batches, row, headers, pe, op, size, rkey, raddr, nbytes, value, 
 @njit(cache=True)
 def _post_one_sided(ring, batches, at_row, ticket, op, rkey, raddr, nbytes, laddr, waited, rma_params):
     """``post``'s one-sided put or get (its slot taken): checked here against the peer's
-    heap (its key and range: nothing outside reaches the wire), then ``ucp_put_nbx`` or
+    heap (its key and range: nothing outside reaches the wire) and given UCX's key to the
+    peer's memory there (the heap's, or that of memory made symmetric: ``_rma.key_at``;
+    none where it crosses the edge of such memory: refused too), then ``ucp_put_nbx`` or
     ``ucp_get_nbx``, completing in the slot's callback (``_rma.completion``) or at once. A
     put that a thread waits for is flushed with it: complete means landed, as ``pgas.put``
     promises; others land by the next flush (``quiet``). That flush is the worker's
@@ -184,11 +186,13 @@ def _post_one_sided(ring, batches, at_row, ticket, op, rkey, raddr, nbytes, ladd
     put)."""
     capacity = ring[target.R_CAPACITY]
     slot = ticket % capacity
-    if target.outside(batches[at_row + batch.P_BASE], batches[at_row + batch.P_SIZE], batches[at_row + batch.P_KEY],
-                      rkey, raddr, nbytes):
+    base = batches[at_row + batch.P_BASE]
+    ucx_key = rma.key_at(batches[at_row + batch.P_REGIONS], batches[at_row + batch.P_RKEY], raddr - base, nbytes)
+    if ucx_key == 0 or target.outside(base, batches[at_row + batch.P_SIZE], batches[at_row + batch.P_KEY], rkey,
+                                      raddr, nbytes):
         rma.mark_done(ring, ticket, 0, mlx5.SYNDROME_REMOTE_ACCESS)
         return ticket
-    endpoint, ucx_key = batches[at_row + batch.P_ENDPOINT], batches[at_row + batch.P_RKEY]
+    endpoint = batches[at_row + batch.P_ENDPOINT]
     params = rma_params[1].ctypes.data + slot * rma_params[1].shape[1]
     rma_params[2][slot, 1] = ticket
     if op == target.GET:
@@ -371,9 +375,12 @@ class Ucx:
     """The ring of requests of one PE and its UCX worker, reaching ``nic.peers`` (the NIC's
     registrations name the heaps: raddr and rkey). ``wake``, ``answers``: the addresses of
     this PE's wake words (``core.native._wake_words``; 0: none): the target counts its writes into
-    the heap at the first, the answers' handlers at the second."""
+    the heap at the first, the answers' handlers at the second. ``registered``: the memory
+    made symmetric so far (heap offset -> bytes), registered with UCX apart from the heap
+    (``_rma.HeapKeys``)."""
 
-    def __init__(self, nic: Nic, heap_region, timeout: float, wake: int = 0, answers: int = 0):
+    def __init__(self, nic: Nic, heap_region, timeout: float, wake: int = 0, answers: int = 0,
+                 registered: dict[int, int] | None = None):
         self.nic = nic
         self.timeout = timeout
         wire_cache.drop_if_stale((post, copy_once, quiet_once, free_slots, flush, first_unanswered, batch.stage,
@@ -381,19 +388,21 @@ class Ucx:
         precise_sleeps()        # waiters' back-off sleeps end on time (this thread, and those it starts)
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES, rma=True)
         try:
-            self._setup(heap_region, wake, answers)
+            self._setup(heap_region, wake, answers, registered)
         except BaseException:
             self.worker.close()
             raise
 
-    def _setup(self, heap_region, wake: int, answers: int) -> None:
+    def _setup(self, heap_region, wake: int, answers: int, registered: dict[int, int] | None) -> None:
         nic = self.nic
         _, on_answer, _, on_get_received, _, on_answers, _ = target.callbacks()
         self._free_slots, self._flush, self._first_unanswered = free_slots, flush, first_unanswered
         self._target = target.serve_heap(self.worker, heap_region.base, heap_region.size, heap_region.rkey, wake)
-        # one-sided access: every PE's heap registered with UCX, its key unpacked per endpoint
-        self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size, wake)
-        self._looks = self._keys.looks(self.worker.endpoints)    # at the peers' wake words, after writes
+        # one-sided access: every PE's heap (and memory made symmetric: ``registered``)
+        # registered with UCX, its key unpacked per endpoint
+        self.heap_keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size, wake,
+                                      registered)
+        self._looks = self.heap_keys.looks(self.worker.endpoints)    # at the peers' wake words, after writes
         # the requester: the ring (its header, then its columns) and the request headers
         self.ring = np.zeros(target.RING_HEADER + target.COLUMNS * CAPACITY, np.int64)
         self._get_receive_params = ucp.request_params(0, on_get_received, self.ring)
@@ -462,9 +471,10 @@ class Ucx:
 
     def _new_batches(self, endpoints: dict[int, int]) -> np.ndarray:
         """The batches (and one-sided keys) of a lane whose endpoint to PE ``pe`` is ``endpoints[pe]``."""
-        keys = self._keys.unpack(endpoints)
+        keys = self.heap_keys.unpack(endpoints)
         peers = sorted(endpoints)
-        heaps = [(keys[pe], self.nic.remote[pe].rkey, *self._keys.ranges[pe]) for pe in peers]
+        heaps = [(keys[pe], self.nic.remote[pe].rkey, *self.heap_keys.ranges[pe],
+                  self.heap_keys.regions_of(endpoints[pe])) for pe in peers]
         return batch.new_batches([endpoints[pe] for pe in peers], self._request_params.ctypes.data,
                                  self._eager_params.ctypes.data, heaps)
 
@@ -477,7 +487,7 @@ class Ucx:
         for hook in (self.flush, self._looks.look_due):
             if hook in before_waiting:
                 before_waiting.remove(hook)
-        self._keys.close()
+        self.heap_keys.close()
         self.worker.close()
 
     def flush(self) -> None:

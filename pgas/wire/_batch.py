@@ -28,7 +28,7 @@ from . import _native, _target as target, _ucp as ucp
 
 __all__ = ["BATCH", "STALE_NS", "B_SLEEPING", "B_STAGED", "B_FAILED", "B_PARAMS", "B_EAGER_PARAMS", "B_UNFLUSHED",
            "GLOBAL_WORDS", "ROW_WORDS", "P_ENDPOINT", "P_FENCE", "P_RKEY", "P_KEY", "P_BASE", "P_SIZE", "P_UNFLUSHED",
-           "P_LAST_SENT", "new_batches", "batch_code"]
+           "P_LAST_SENT", "P_REGIONS", "new_batches", "batch_code"]
 
 BATCH = target.MAX_BATCH     # requests per message (16: 1 KiB of header)
 STALE_NS = 100_000           # the longest a request waits in a batch
@@ -40,25 +40,29 @@ GLOBAL_WORDS = B_CLOCK + 2          # the clock: a struct timespec the stagers r
 # the peer heap's UCX key for this endpoint (0: no one-sided access), its key as pgas names it,
 # its base and size, whether one-sided writes to it may not have landed yet (no flush
 # since), and the last request sent to it as a message (its ticket + 1; 0: none since a
-# one-sided one, which waits for it: ``pgas.transport._ucx.post``)
-P_ENDPOINT, P_COUNT, P_FIRST_NS, P_FENCE, P_RKEY, P_KEY, P_BASE, P_SIZE, P_UNFLUSHED, P_LAST_SENT = range(10)
-P_REQUESTS = 10
+# one-sided one, which waits for it: ``pgas.transport._ucx.post``), and the address of the
+# endpoint's table of UCX's keys to the peer's memory made symmetric (``_rma.key_at``; 0: none)
+P_ENDPOINT, P_COUNT, P_FIRST_NS, P_FENCE, P_RKEY, P_KEY, P_BASE, P_SIZE, P_UNFLUSHED, P_LAST_SENT, P_REGIONS = \
+    range(11)
+P_REQUESTS = 11
 ROW_WORDS = P_REQUESTS + BATCH * target.REQUEST_WORDS
 
 
 def new_batches(endpoints: list[int], params_address: int, eager_params_address: int = 0,
-                heaps: list[tuple[int, int, int, int]] | None = None) -> np.ndarray:
+                heaps: list[tuple[int, int, int, int, int]] | None = None) -> np.ndarray:
     """The batches of a requester whose peers' endpoints are ``endpoints`` (row i: peer i),
     sent with the ``ucp_request_param_t`` at ``params_address`` (as all its requests; those
     whose data must go eagerly with the one at ``eager_params_address``); ``heaps[i]``: peer
-    i's heap for one-sided access (its UCX key for that endpoint, its pgas key, base, size)."""
+    i's heap for one-sided access (its UCX key for that endpoint, its pgas key, base, size,
+    and the endpoint's table of keys to memory made symmetric there)."""
     batches = np.zeros(GLOBAL_WORDS + ROW_WORDS * len(endpoints), np.int64)
     batches[B_PARAMS], batches[B_EAGER_PARAMS], batches[B_PEERS] = params_address, eager_params_address, len(endpoints)
     for row, endpoint in enumerate(endpoints):
         at = GLOBAL_WORDS + row * ROW_WORDS
         batches[at + P_ENDPOINT] = endpoint
         if heaps is not None:
-            batches[at + P_RKEY:at + P_SIZE + 1] = heaps[row]
+            batches[at + P_RKEY:at + P_SIZE + 1] = heaps[row][:4]
+            batches[at + P_REGIONS] = heaps[row][4]
     return batches
 
 

@@ -47,7 +47,7 @@ from ..core.native._llvm import built_once
 from ..nic import _mlx5 as mlx5
 from ..nic._queue_pair import SQ_DEPTH
 from ..nic._wqe_code import decoder
-from . import _native, _target as target, _ucp as ucp, _wakes as wakes, _window as window
+from . import _native, _rma as rma, _target as target, _ucp as ucp, _wakes as wakes, _window as window
 
 __all__ = ["MAX_QUEUES", "DEPTH", "TABLE_WORDS", "GLOBAL_WORDS", "drain", "ring", "drain_rung", "sleeping",
            "complete", "land", "progress_until", "callbacks", "symbols", "row_of"]
@@ -79,11 +79,13 @@ GLOBAL_WORDS = G_COUNT + 1
 # the peer's heap (0: none), the heap's address, size and key (the NIC's), the newest
 # one-sided write that may not be done (its first block + 1; 0: none), the newest that a
 # flush was posted after (likewise), the newest message whose answer a one-sided request
-# must wait for (likewise), the look at the peer's wake word after its writes (``_wakes.Looks``)
+# must wait for (likewise), the look at the peer's wake word after its writes (``_wakes.Looks``),
+# the address of the endpoint's table of UCX's keys to the peer's memory made symmetric
+# (``_rma.key_at``)
 Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_READ, Q_DONE, Q_CQES, Q_DONE_LOCK, Q_SCRATCH, \
     Q_COLLAPSED, Q_FENCE, Q_LIFTED, Q_POLLED, Q_RMA_KEY, Q_HEAP_BASE, Q_HEAP_SIZE, Q_HEAP_KEY, Q_WRITTEN, \
-    Q_FLUSHED, Q_LAST_SENT, Q_LOOK = range(24)
-QUEUE_WORDS = 24
+    Q_FLUSHED, Q_LAST_SENT, Q_LOOK, Q_REGIONS = range(25)
+QUEUE_WORDS = 25
 # a WQE in flight, at the block it starts: done mark (its first block + 1), syndrome,
 # local address, atomic size, the next WQE's first block, its WQE index (bits 0-15),
 # whether it is signalled (bit 16) and its byte count (from bit 17), the window through
@@ -399,13 +401,16 @@ def _after_writes(table, q):
 def _one_sided(table, q, f, start, op, rkey, raddr, nbytes, data):
     """WQE ``start`` of queue ``q`` (flight ``f``) as a one-sided read into ``data`` or
     write of ``data``, checked first against the peer's heap (nothing outside it, or
-    under another key, reaches the wire: refused as the target would)."""
+    under another key, reaches the wire: refused as the target would), with UCX's key to
+    the peer's memory there (the heap's, or that of memory made symmetric: ``_rma.key_at``;
+    none where it crosses the edge of such memory: refused too)."""
     row = row_of(q)
-    if target.outside(table[row + Q_HEAP_BASE], table[row + Q_HEAP_SIZE], table[row + Q_HEAP_KEY], rkey, raddr,
-                      nbytes):
+    base = table[row + Q_HEAP_BASE]
+    key = rma.key_at(table[row + Q_REGIONS], table[row + Q_RMA_KEY], raddr - base, nbytes)
+    if key == 0 or target.outside(base, table[row + Q_HEAP_SIZE], table[row + Q_HEAP_KEY], rkey, raddr, nbytes):
         _finish(table, q, start, _REMOTE_ACCESS)
         return
-    endpoint, key = table[row + Q_ENDPOINT], table[row + Q_RMA_KEY]
+    endpoint = table[row + Q_ENDPOINT]
     if op == target.GET:
         request = _native.ucp_get_nbx(endpoint, data, nbytes, raddr, key, _user_data(table, G_READ_PARAMS, f, q,
                                                                                       start))

@@ -13,7 +13,7 @@ from . import _batch as batch, _nic_code as code, _rma as rma, _target as target
 from ._nic_code import (G_COMPLETIONS, G_EAGER_PARAMS, G_FLUSH_PARAMS, G_POLLED, G_READ_PARAMS, G_RECEIVE_PARAMS,
                         G_SEND_PARAMS, G_WAKE, G_WORKER, G_WRITE_PARAMS, G_QUEUES, DEPTH, MAX_QUEUES, Q_CQ, Q_CQES,
                         Q_COLLAPSED, Q_DBR, Q_DONE, Q_ENDPOINT, Q_ERR_CQ, Q_HEAP_BASE, Q_HEAP_KEY, Q_HEAP_SIZE,
-                        Q_LOOK, Q_POLLED, Q_QPN, Q_RMA_KEY, Q_RUNG, Q_SQ, TABLE_WORDS)
+                        Q_LOOK, Q_POLLED, Q_QPN, Q_REGIONS, Q_RMA_KEY, Q_RUNG, Q_SQ, TABLE_WORDS)
 from ._worker import Worker
 
 __all__ = ["NicQueues"]
@@ -29,9 +29,10 @@ class NicQueues:
     is refused to the peers until ``reach_heap`` gives its window, and reached by messages.
     ``wake``, ``answers``: the addresses of this PE's wake words (``core.native._wake_words``; 0:
     none): the target counts its writes into the heap at the first, the answers' handlers
-    at the second."""
+    at the second. ``registered``: the memory made symmetric so far (heap offset -> bytes),
+    registered with UCX apart from the heap (``_rma.HeapKeys``)."""
 
-    def __init__(self, nic, heap_region, wake: int = 0, answers: int = 0):
+    def __init__(self, nic, heap_region, wake: int = 0, answers: int = 0, registered: dict[int, int] | None = None):
         from . import _cache as wire_cache
         from ._worker import serve
         wire_cache.drop_if_stale((code.drain, code.ring, code.post_and_ring, code.land, code.progress_until,
@@ -42,9 +43,9 @@ class NicQueues:
         one_sided = heap_region.view is not None
         self.worker = Worker(nic.comm, nic.my_pe, nic.peers, request_bytes=target.REQUEST_USER_BYTES, rma=one_sided)
         try:
-            self._keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size,
-                                      wake) if one_sided else None
-            self._looks = self._keys.looks(self.worker.endpoints) if one_sided else None
+            self.heap_keys = rma.HeapKeys(self.worker, nic.comm, nic.my_pe, heap_region.base, heap_region.size,
+                                          wake, registered) if one_sided else None
+            self._looks = self.heap_keys.looks(self.worker.endpoints) if one_sided else None
         except BaseException:
             self.worker.close()
             raise
@@ -115,11 +116,12 @@ class NicQueues:
         self.table[self._row(q) + np.array([Q_SQ, Q_DBR, Q_RUNG, Q_CQ, Q_ERR_CQ, Q_QPN, Q_ENDPOINT, Q_COLLAPSED])] = (
             address(qp.sq), address(qp.dbr), rung_at, address(qp.cq), address(qp.err_cq), qp.qpn, endpoint,
             int(qp.collapsed))
-        if self._keys is not None:      # the peer's heap, reached one-sided
-            base, size = self._keys.ranges[qp.peer]
-            self.table[self._row(q) + np.array([Q_RMA_KEY, Q_HEAP_BASE, Q_HEAP_SIZE, Q_HEAP_KEY, Q_LOOK])] = (
+        if self.heap_keys is not None:      # the peer's heap, reached one-sided
+            base, size = self.heap_keys.ranges[qp.peer]
+            self.table[self._row(q) + np.array([Q_RMA_KEY, Q_HEAP_BASE, Q_HEAP_SIZE, Q_HEAP_KEY, Q_LOOK,
+                                                Q_REGIONS])] = (
                 self._rma_key(qp.peer, endpoint), base, size, self.nic.remote[qp.peer].rkey,
-                self._looks.address(qp.peer))
+                self._looks.address(qp.peer), self.heap_keys.regions_of(endpoint))
         if polled:
             self.table[self._row(q) + Q_POLLED] = 1
             self.table[G_POLLED] += 1
@@ -129,7 +131,7 @@ class NicQueues:
     def _rma_key(self, pe: int, endpoint: int) -> int:
         """UCX's key to PE ``pe``'s heap for ``endpoint`` (unpacked once per endpoint)."""
         if endpoint not in self._rma_keys:
-            self._rma_keys[endpoint] = self._keys.unpack({pe: endpoint})[pe]
+            self._rma_keys[endpoint] = self.heap_keys.unpack({pe: endpoint})[pe]
         return self._rma_keys[endpoint]
 
     def transports(self) -> dict[int, str]:
@@ -179,6 +181,6 @@ class NicQueues:
         endpoints, and the heap's registration."""
         if self._looks is not None and self._looks.look_due in before_waiting:
             before_waiting.remove(self._looks.look_due)
-        if self._keys is not None:
-            self._keys.close()
+        if self.heap_keys is not None:
+            self.heap_keys.close()
         self.worker.close()

@@ -87,6 +87,7 @@ def register_symmetric(a):
             wait_all(rt.boot.comm, fn, record="mapped" if failure is None else failure)
             if failure is not None:
                 raise PgasError(f"{fn}: {failure}")
+            rt.transports.add_symmetric(offset, memory.mapped, fn)     # (for the NIC: collective)
         except PgasError:
             rt.heap.unmap_external(offset, memory.mapped)
             rt.heap.release_external_offset(offset, rt.allocator)
@@ -118,6 +119,7 @@ def unregister_symmetric(s) -> None:
     finish_gpu_work(rt)
     wait_all(rt.boot.comm, fn, record=f"heap offset {offset}")   # nobody still reads or writes it
     mapped, _, _ = rt.symmetric_registrations.pop(offset)
+    rt.transports.remove_symmetric(offset)
     rt.heap.unmap_external(offset, mapped)
     rt.heap.release_external_offset(offset, rt.allocator)
 
