@@ -921,8 +921,10 @@ def test_register_symmetric_takes_gpu_arrays_and_undoes_a_failed_mapping(monkeyp
     from pgas.host.memory import _symmetric_registration as registration
 
     heap = _RecordingHeap(failure)
+    transports = SimpleNamespace(add_symmetric=lambda offset, nbytes, fn: heap.calls.append(("add_symmetric", offset,
+                                                                                           nbytes)))
     rt = SimpleNamespace(heap=heap, boot=SimpleNamespace(comm=None), allocator=None, symmetric_registrations={},
-                         my_pe=0)
+                         my_pe=0, transports=transports)
     monkeypatch.setattr(registration, "runtime", lambda fn: rt)
     monkeypatch.setattr(registration, "as_ndarray", lambda a, fn, what: a)
     monkeypatch.setattr(registration, "wait_all", lambda comm, fn, record: None)
@@ -931,11 +933,13 @@ def test_register_symmetric_takes_gpu_arrays_and_undoes_a_failed_mapping(monkeyp
         assert registration.register_symmetric(user) == "the symmetric array"
         assert rt.symmetric_registrations == {2 * HEAP_SIZE: (4 << 20, 12000, user)}
         assert heap.calls[-1] == ("array_at", 2 * HEAP_SIZE, (3, 1000), "C")
+        assert ("add_symmetric", 2 * HEAP_SIZE, 4 << 20) in heap.calls     # (registered for the NIC too)
     else:
         with pytest.raises(pgas.PgasError, match="pgas.register_symmetric: PE 1 cannot map it"):
             registration.register_symmetric(user)
         assert ("unmap_external", 2 * HEAP_SIZE, 4 << 20) in heap.calls and not rt.symmetric_registrations
         assert ("release_external_offset", 2 * HEAP_SIZE) in heap.calls
+        assert not [call for call in heap.calls if call[0] == "add_symmetric"]
     assert heap.calls[:3] == [("external_memory", USER, 12000), ("external_offset",), ("map_external", 2 * HEAP_SIZE)]
     assert ("forget_external",) in heap.calls       # this process's handle and descriptor are dropped either way
 
