@@ -1,5 +1,6 @@
 """Bootstrap, emulated nodes, backend choice, debug agreement checks, pgas-info."""
 import os
+import re
 import subprocess
 import sys
 import time
@@ -272,3 +273,6 @@ def test_pgas_info_names_the_ucx_transports_of_each_peer(clean_shm, transport):
              for line in wires}
     assert sorted(pairs) == [(0, 2), (0, 3), (1, 2), (1, 3), (2, 0), (2, 1), (3, 0), (3, 1)], proc.stdout
     assert all("/" in lanes for lanes in pairs.values()), proc.stdout     # transport/device, as ucp_ep_query says
+    heap = "not registered: reached through its window, by messages" if backend_in_use() == "cuda" else "registered"
+    assert re.search(rf"UCX registers memory of types: host(, [a-z-]+)* \(ucp_context_query\); PE 0's heap: {heap}",
+                     proc.stdout), proc.stdout

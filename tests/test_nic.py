@@ -281,6 +281,7 @@ mine[:] = -1
 sym = pgas.register_symmetric(mine)
 offset = rt.heap.offset_of(as_ndarray(sym, "test", "sym"), "test", "sym")
 registered_apart(offset)
+assert pgas.info()["ucx_memory"]["made_symmetric"] == {offset: N * 8}, pgas.info()["ucx_memory"]
 round_trip(sym, mine, 1)
 local = as_ndarray(pgas.zeros(2, np.int64), "test", "local")     # (in the heap: the NIC's key to it)
 if me == 0:         # requests that cross an edge of the registered memory: no one key holds them
@@ -307,6 +308,7 @@ round_trip(sym, mine, 2)
 pgas.unregister_symmetric(sym)
 for keys in rt.transports._heap_keys():     # the keys destroyed, the registration dropped
     assert not keys_to(keys, offset) and not keys._registrations
+assert pgas.info()["ucx_memory"]["made_symmetric"] == {}
 # a registration that fails on one PE fails the call on every PE, naming it, nothing kept
 used = pgas.info()["heap_used"]
 real_map = rma.HeapKeys._map

@@ -29,6 +29,7 @@ def info() -> dict:
         "transports": dict(enumerate(rt.transports.kinds)),
         "memory_regions": rt.transports.regions(),
         "ucx_transports": _ucx_transports(rt),
+        "ucx_memory": rt.transports.ucx_memory(),
     }
     if rt.on_gpu:
         facts["gpu"] = rt.heap.device   # the device index this PE uses (among the visible ones)
@@ -52,6 +53,7 @@ def _transport_table() -> str | None:
     init()
     rt = runtime("pgas-info")
     rows = rt.boot.comm.gather((rt.transports.kinds, _ucx_transports(rt)), root=0)
+    memory = rt.transports.ucx_memory()
     finalize()
     if rows is None:
         return ""
@@ -62,6 +64,9 @@ def _transport_table() -> str | None:
     if wires:
         wires.insert(0, "UCX transports of the endpoints to PEs on other nodes (one-sided puts and gets take their "
                         "RMA lanes):")
+    if memory:
+        wires.append(f"UCX registers memory of types: {', '.join(memory['memory_types'])} (ucp_context_query); "
+                     f"PE 0's heap: {memory['heap']}")
     return "\n".join(["transport from each PE to each PE:", header, *lines, *wires])
 
 

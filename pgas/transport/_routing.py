@@ -30,7 +30,7 @@ from ._ibgda import Ibgda
 from ._registrations import RecentRegistrations
 from ._ucx import Ucx
 from ..wire._nic_queues import NicQueues
-from ..wire import _ucp as ucp
+from ..wire import _rma as rma, _ucp as ucp
 
 __all__ = ["Transports", "REMOTE_TRANSPORTS"]
 
@@ -257,6 +257,20 @@ class Transports:
         for keys in self._heap_keys():
             keys.remove(offset)
         del self.symmetric[offset]
+
+    def ucx_memory(self) -> dict:
+        """For ``pgas.info()``: the kinds of memory the loaded UCX registers (its context's
+        memory types), whether this PE's heap is registered with it for one-sided access
+        (the cuda backend's GPU heap is not: the native NIC reaches it through its window,
+        by messages), and the memory made symmetric registered apart (heap offset ->
+        bytes); empty where no user of UCX is made."""
+        user = self.engines.get("ucx") or self.native
+        if user is None:
+            return {}
+        keys = user.heap_keys
+        return {"memory_types": rma.memory_types(user.worker),
+                "heap": "registered" if keys is not None else "not registered: reached through its window, by messages",
+                "made_symmetric": dict(self.symmetric) if keys is not None else {}}
 
     def _heap_keys(self) -> list:
         """The heap's registrations with UCX (``_rma.HeapKeys``): the ucx engine's and the

@@ -24,7 +24,7 @@ from ..nic import _mlx5 as mlx5
 from . import _native, _target as target, _ucp as ucp, _window as window
 from ._wakes import AM_WAKE, Looks, cell_of, look_later, wake_handler
 
-__all__ = ["HeapKeys", "key_at", "transports", "completion", "mark_done", "slot_params"]
+__all__ = ["HeapKeys", "key_at", "memory_types", "transports", "completion", "mark_done", "slot_params"]
 
 # memory made symmetric that may be registered apart from the heap at once; an endpoint's
 # table of them (``HeapKeys.regions_of``): how many slots are used, then per slot the heap
@@ -210,6 +210,16 @@ def key_at(regions, heap_key, offset, nbytes):
         if length != 0 and offset < start + length and offset + nbytes > start:
             return table[at + 2] if start <= offset and offset + nbytes <= start + length else 0
     return heap_key
+
+
+def memory_types(worker) -> list[str]:
+    """The kinds of memory ``worker``'s UCX context can register and reach one-sided
+    ("host", "cuda", ...: ``ucp_context_query``'s memory types); ["?"] where it cannot say."""
+    attr = ucp.ContextAttr(field_mask=ucp.ATTR_FIELD_MEMORY_TYPES)
+    if worker.lib.ucp_context_query(worker.context, ctypes.addressof(attr)) != ucp.UCS_OK:
+        return ["?"]
+    return [ucp.MEMORY_TYPES[bit] if bit < len(ucp.MEMORY_TYPES) else f"type {bit}"
+            for bit in range(64) if attr.memory_types >> bit & 1]
 
 
 def transports(worker) -> dict[int, str]:

@@ -83,6 +83,15 @@ class MemMapParams(ctypes.Structure):      # ucp_mem_map_params_t
                 ("memory_type", _int), ("exported_memh_buffer", _vp)]
 
 
+class ContextAttr(ctypes.Structure):       # ucp_context_attr_t (up to its memory types)
+    _fields_ = [("field_mask", _u64), ("request_size", _size), ("thread_mode", _int), ("memory_types", _u64)]
+
+
+ATTR_FIELD_MEMORY_TYPES = 1 << 2
+# ucs_memory_type_t, in its order: the bits of ``ContextAttr.memory_types``
+MEMORY_TYPES = ("host", "cuda", "cuda-managed", "rocm", "rocm-managed")
+
+
 class TransportEntry(ctypes.Structure):    # ucp_transport_entry_t
     _fields_ = [("transport_name", ctypes.c_char_p), ("device_name", ctypes.c_char_p)]
 
@@ -94,6 +103,7 @@ class EpAttr(ctypes.Structure):            # ucp_ep_attr_t (up to its transports
 
 
 assert (ctypes.sizeof(MemMapParams), ctypes.sizeof(TransportEntry), EpAttr.entries.offset) == (48, 16, 296)
+assert ContextAttr.memory_types.offset == 24
 assert (ctypes.sizeof(Params), ctypes.sizeof(WorkerParams), ctypes.sizeof(EpParams), ctypes.sizeof(RequestParams),
         ctypes.sizeof(AmHandlerParams)) == (88, 200, 104, 72, 32)
 
@@ -131,6 +141,7 @@ _DECLARATIONS = {            # name: (result, arguments)
     "ucp_ep_flush_nbx": (_P, (_P, _P)),
     "ucp_worker_flush_nbx": (_P, (_P, _P)),
     "ucp_ep_query": (_int, (_P, _P)),
+    "ucp_context_query": (_int, (_P, _P)),
 }
 
 
