@@ -102,6 +102,59 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=NOT_ON_CUDA))
 
 
+# The offline compile for sm_90 (tests/offline/compile_for_gpu.py: 1.5-2.5 minutes of both
+# cores) starts with the session at the lowest CPU priority (SCHED_IDLE, which its pool's
+# processes inherit), so that it runs while the other tests leave the cores idle (they
+# wait on PEs, sleeps and timeouts: a fifth of the suite's core time); its tests wait for
+# what is left of it. Not under pytest-xdist (each worker would start one) nor in the GPU
+# run (its init would take the GPU beside the tests): there it runs when its tests come.
+OFFLINE_COMPILE = ROOT / "tests" / "offline" / "compile_for_gpu.py"
+_offline_compile: dict = {}
+
+
+def _offline_compile_command() -> tuple[list, dict]:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return [sys.executable, str(OFFLINE_COMPILE)], {**env, "PGAS_BACKEND": "cuda"}
+
+
+def pytest_collection_finish(session):
+    if os.environ.get("PYTEST_XDIST_WORKER") or session.config.option.collectonly:
+        return
+    if not any(item.nodeid.startswith("tests/test_offline_gpu_compile.py") for item in session.items) or gpu_run():
+        return
+    command, env = _offline_compile_command()
+    output = tempfile.TemporaryFile(mode="w+")
+    errors = tempfile.TemporaryFile(mode="w+")
+    _offline_compile.update(output=output, errors=errors, started=time.monotonic(), proc=subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=output, stderr=errors, start_new_session=True,
+        preexec_fn=lambda: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))))
+
+
+def pytest_sessionfinish(session):
+    proc = _offline_compile.get("proc")
+    if proc is not None and proc.poll() is None:      # (the session ended before its tests)
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+def offline_compile(timeout: float = 1200) -> subprocess.CompletedProcess:
+    """The finished run of tests/offline/compile_for_gpu.py: the one started with the
+    session (waited for), else one run now."""
+    proc = _offline_compile.pop("proc", None)
+    if proc is None:
+        command, env = _offline_compile_command()
+        return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    try:
+        proc.wait(timeout=max(1.0, timeout - (time.monotonic() - _offline_compile["started"])))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    output, errors = _offline_compile.pop("output"), _offline_compile.pop("errors")
+    output.seek(0)
+    errors.seek(0)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, output.read(), errors.read())
+
+
 def pgasrun(n: int, *command: str, options=(), env=None, timeout: float = 240, stdin=subprocess.DEVNULL,
             input=None) -> subprocess.CompletedProcess:
     """Run ``command`` on ``n`` PEs with pgasrun; returns the finished process (text output).

@@ -1,24 +1,16 @@
 """The cuda backend, proven without a GPU: everything compiles and links for sm_90, and the
 PTX of small kernels shows the memory model, the 16-byte copies and the device checks."""
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT
-
-SCRIPT = ROOT / "tests" / "offline" / "compile_for_gpu.py"
+from conftest import offline_compile
 
 
 @pytest.fixture(scope="module")
 def report():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env["PGAS_BACKEND"] = "cuda"
-    proc = subprocess.run([sys.executable, str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=1200)
+    proc = offline_compile()      # (started with the session, at the lowest CPU priority: conftest.py)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
