@@ -430,6 +430,13 @@ if me == 0:
         pgas.get(back, block[:8], 1)
         assert queue.counter("last") == posted and back.tolist() == [7] * 8
         pgas.put(block[:8], np.full(8, 220, np.uint8), 1)
+    if transports.remote_transport == "proxy" and transports.native is not None:
+        # nothing in flight: the host's own put and get skip the proxy thread
+        taken = transports.engine._next
+        pgas.put(block[:8], np.full(8, 7, np.uint8), 1)
+        pgas.get(back, block[:8], 1)
+        assert transports.engine._next == taken and back.tolist() == [7] * 8
+        pgas.put(block[:8], np.full(8, 220, np.uint8), 1)
 pgas.barrier_all()
 if me == 1:
     got = block.copy_to_host()
@@ -444,10 +451,10 @@ print("ok")
 def test_a_blocking_put_or_get_comes_after_the_put_nbi_before_it(tmp_path, clean_shm, transport):
     """Through the NIC what a PE issues to another lands in issue order: a blocking put or
     get just after a 1 MiB ``put_nbi``, an inline ``put_nbi`` or an ``atomic_set`` to the
-    same PE comes after it. ibgda's small host
-    calls go straight over UCX (the ucx engine's one-sided put and get) only while the NIC
-    has nothing of this PE's in flight to that PE (then the NIC's queue pair sees none of
-    them). Over TCP the ``put_nbi`` is still in
+    same PE comes after it. ibgda's and the proxy's small host
+    calls go straight over UCX (the ucx engine's one-sided put and get) only while that
+    path has nothing of this PE's in flight to that PE (then the NIC's queue pair, or the
+    proxy thread, sees none of them). Over TCP the ``put_nbi`` is still in
     flight when the next call comes (without that rule the get read the bytes before it in
     every run tried); over shared memory the NIC has most often finished it already."""
     _both_ok_as_two_nodes(tmp_path, NBI_THEN_BLOCKING, transport, {"UCX_TLS": "tcp,self"})

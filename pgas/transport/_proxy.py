@@ -58,6 +58,9 @@ class Proxy:
         self._freed = 0         # tickets below this have their slots free again
         self._taken = 0         # next ticket the proxy posts
         self._completed = 0     # the completion counter: every ticket below it is done
+        # per PE: the completion counter, then its newest request's ticket + 1 (in flight
+        # while the first is below the second: ``in_flight_words``)
+        self._in_flight = np.zeros((len(nic.remote), 2), np.int64)
         self._reserve = threading.Lock()
         self._wake = threading.Event()
         self._completion = threading.Condition()     # notified after completions land
@@ -105,6 +108,7 @@ class Proxy:
                 if self._next - self._reclaim() < CAPACITY:
                     ticket = self._next
                     self._next += 1
+                    self._in_flight[pe, 1] = ticket + 1
                     break
             clock = clock or Wait(fn, self.timeout, backoff_s=_WAIT_BACKOFF_S)
             clock.pause(f"a free slot in the proxy's request ring ({CAPACITY} requests outstanding)")
@@ -117,6 +121,13 @@ class Proxy:
         slot["state"] = _READY      # last: the proxy takes the slot once it sees this
         self._wake.set()
         return ticket
+
+    def in_flight_words(self) -> tuple[dict[int, int], int, int]:
+        """Where a request to each PE shows as in flight: ``{pe: the address of its two
+        words}`` and their indexes, the completion counter and its newest request's ticket
+        + 1 (in flight while the first is below the second): the guard of the host's
+        one-sided copies beside this path (``Ucx.guard_with``)."""
+        return {pe: self._in_flight[pe:].ctypes.data for pe in self.nic.peers}, 0, 1
 
     def _reclaim(self) -> int:
         """Advance past done slots that nobody waits for any more (under the reserve lock)."""
@@ -290,6 +301,7 @@ class Proxy:
     def _advance(self) -> None:
         while self._completed < self._taken and self.ring[self._completed % CAPACITY]["state"] == _DONE:
             self._completed += 1
+        self._in_flight[:, 0] = self._completed
 
 
 def atomic_wqe(op: int, size: int, value: int, compare: int):

@@ -160,8 +160,8 @@ class Transports:
             native = self._native_nic()
             self.engines[name] = self._connected(proxy.Proxy(self.nic, self.timeout, native), native is not None)
         self.engine = self.engines[name]
-        # (the ucx engine beside ibgda takes only copies complete on return: nothing to
-        # quiet, unless one timed out: ``_quiet_beside``)
+        # (the ucx engine beside ibgda or the proxy takes only copies complete on return:
+        # nothing to quiet, unless one timed out: ``_quiet_beside``)
         self.quieted = (self.engine,)
         self.copy_small = self._small_copies(name)
         self.remote_transport = name
@@ -183,13 +183,14 @@ class Transports:
 
     def _small_copies(self, name: str):
         """``copy_small`` for remote transport ``name``: the ucx engine's one-sided put or
-        get (ucx; and ibgda's, with the native NIC: NVSHMEM's host calls take the host's
-        transport rather than the GPU's queue pairs, here about twice as fast, but only
-        while the NIC has nothing of this PE's in flight to the peer: the engine's guard,
-        so that what was issued before to the same PE lands first); else one request
-        through the NIC."""
+        get (ucx; and ibgda's and the proxy's, with the native NIC: NVSHMEM's host calls
+        take the host's transport rather than the GPU's queue pairs or its proxy thread,
+        here about twice as fast as ibgda's queue pairs and 50 times the proxy thread's,
+        but only while the path has nothing of this PE's in flight to the peer: the
+        engine's guard, so that what was issued before to the same PE lands first); else
+        one request through the NIC."""
         host = self.engines.get("ucx")
-        beside = name == "ibgda" and self.native is not None
+        beside = name in ("ibgda", "proxy") and self.native is not None
         if host is None:    # (collective: the ucx engine is made on every PE or on none)
             beside = all(self.nic.comm.allgather(beside))
         if beside:
@@ -202,8 +203,8 @@ class Transports:
         return host.copy_small if name == "ucx" else self._copy_through_nic
 
     def _quiet_beside(self, host: Ucx) -> None:
-        """A copy of the ucx engine beside ibgda timed out (still in flight): ``quiet``
-        completes the ucx engine's requests too from now on."""
+        """A copy of the ucx engine beside ibgda or the proxy timed out (still in flight):
+        ``quiet`` completes the ucx engine's requests too from now on."""
         if host not in self.quieted:
             self.quieted = (*self.quieted, host)
 
