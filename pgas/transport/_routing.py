@@ -185,7 +185,7 @@ class Transports:
         """``copy_small`` for remote transport ``name``: the ucx engine's one-sided put or
         get (ucx; and ibgda's and the proxy's, with the native NIC: NVSHMEM's host calls
         take the host's transport rather than the GPU's queue pairs or its proxy thread,
-        here about twice as fast as ibgda's queue pairs and 50 times the proxy thread's,
+        here about twice as fast as ibgda's queue pairs and 30-50 times the proxy thread's,
         but only while the path has nothing of this PE's in flight to the peer: the
         engine's guard, so that what was issued before to the same PE lands first); else
         one request through the NIC."""
