@@ -164,7 +164,7 @@ class HeapKeys:
     def remove(self, offset: int) -> None:
         """Undo ``add`` (nobody reaches the memory any more): the unpacked keys destroyed,
         the registration dropped."""
-        nbytes, memh, _ = self._registrations.pop(offset)
+        _, memh, _ = self._registrations.pop(offset)
         for _, table in self._tables.values():
             for i in range(table[0]):
                 at = 1 + i * REGION_WORDS
