@@ -1,4 +1,5 @@
 """Single-process units: the allocator, the environment parser, the compiled fold."""
+import os
 import random
 
 import pytest
@@ -108,6 +109,55 @@ def test_compiled_fold_gives_numpys_bits_for_every_dtype_and_op():
                 addresses = np.array([b.ctypes.data for b in buffers], np.uint64)
                 compiled_fold(dtype, op)(out.ctypes.data, addresses.ctypes.data, n, count)
                 assert out.tobytes() == expected.tobytes(), (dtype, op, n, count)
+
+
+KEPT = r"""
+import ctypes, sys
+import numpy as np
+from pgas.core.native import _llvm, _object_cache
+from pgas.host.collectives._fold_code import compiled_fold
+
+text = "define i64 @scaled(i64 %x) {\n  %y = mul i64 %x, SCALE\n  ret i64 %y\n}\n"
+engine = _llvm.compile_ir(text.replace("SCALE", sys.argv[1]))
+scaled = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(engine.get_function_address("scaled"))
+a, b, out = np.arange(1, 40, dtype=np.int32), np.arange(40, 1, -1, dtype=np.int32)[:39], np.empty(39, np.int32)
+compiled_fold(np.dtype(np.int32), "max")(out.ctypes.data, np.array([a.ctypes.data, b.ctypes.data], np.uint64).ctypes.data,
+                                         2, 39)
+assert np.array_equal(out, np.maximum(a, b))
+print(scaled(7), _object_cache.counts["stored"], _object_cache.counts["loaded"])
+"""
+
+
+def test_compiled_ir_is_kept_on_disk_and_loaded_whole_by_the_next_process(tmp_path):
+    """``core/native/_object_cache``: the first process compiles the IR (``compile_ir``, a
+    fold) and keeps its machine code; the next loads it and compiles nothing; a file torn
+    or altered is never loaded (compiled anew, rewritten); other IR is other files; where
+    the folder cannot be written the code is compiled each time and still right."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "cache"
+
+    def run(scale: str, cache_dir) -> list[int]:
+        proc = subprocess.run([sys.executable, "-c", KEPT, scale], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)})
+        assert proc.returncode == 0, proc.stderr
+        return [int(word) for word in proc.stdout.split()]
+
+    assert run("3", folder) == [21, 2, 0]           # (the scaled IR and the fold)
+    kept = sorted((folder / "pgas_llvm").iterdir())
+    assert len(kept) == 2
+    assert run("3", folder) == [21, 0, 2]
+    for path in kept:                               # one torn, one altered
+        data = path.read_bytes()
+        path.write_bytes(data[:len(data) // 2] if path == kept[0] else data[:-1] + bytes([data[-1] ^ 1]))
+    assert run("3", folder) == [21, 2, 0]
+    assert run("3", folder) == [21, 0, 2]
+    assert run("5", folder) == [35, 1, 1]           # another IR: another file
+    assert len(list((folder / "pgas_llvm").iterdir())) == 3
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    assert run("3", not_a_folder) == [21, 0, 0]
 
 
 def test_the_wire_cache_is_dropped_when_its_sources_change(tmp_path, monkeypatch):

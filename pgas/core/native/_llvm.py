@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import threading
 
+from ._object_cache import ObjectCache, digest
+
 __all__ = ["compile_ir", "built_once", "bswap"]
 
 
 def compile_ir(text: str):
     """An MCJIT engine holding LLVM IR ``text`` compiled for this CPU (-O2): its
-    ``get_function_address`` gives the functions, which live as long as the engine."""
+    ``get_function_address`` gives the functions, which live as long as the engine. The
+    machine code comes from the disk where an earlier process kept it (``_object_cache``)."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     module = llvm.parse_assembly(text)
     module.verify()
-    engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine(opt=2))
+    target = llvm.Target.from_default_triple()
+    engine = llvm.create_mcjit_compiler(module, target.create_target_machine(opt=2))
+    ObjectCache(engine).expect(module, digest(text, target.triple, "opt=2"))
     engine.finalize_object()
     return engine
 

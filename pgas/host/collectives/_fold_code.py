@@ -6,7 +6,9 @@ round. Here one call of compiled code (llvmlite, as ``_cpu_atomics``) does it in
 0.1 µs. The element rule is the one the GPU uses (``pgas/cuda/_ir.py``: ``combine``), which is
 numpy's with ``out=`` in the element type, and the order is ``reduce_into``'s
 (((b0 op b1) op b2) ...), so every member gets numpy's bits. Compiled per (dtype, op) on
-first use, a few milliseconds each; float16, bfloat16, complex and long double are left to numpy.
+first use, 40-60 ms each, or loaded in about a millisecond where an earlier process kept
+its machine code (``core/native/_object_cache``); float16, bfloat16, complex and long
+double are left to numpy.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import numpy as np
 from cffi import FFI
 
 from ...core._reductions import REDUCTION_DTYPES, ops_for
+from ...core.native._object_cache import ObjectCache, digest
 
 __all__ = ["compiled_fold"]
 
@@ -24,7 +27,9 @@ _ffi = FFI()
 _SIGNATURE = "void(*)(uint64_t, uint64_t, int64_t, int64_t)"   # (out, sources, n, count)
 _folds: dict = {}          # (dtype, op) -> the cffi function
 _engine = None             # llvmlite's MCJIT engine (owns every compiled module)
+_cache = None              # its object cache (machine code kept on disk between processes)
 _machine = None            # its target machine: this CPU, with its vector extensions
+_target = ()               # what the machine code depends on besides the IR (the cache's key)
 _compiling = threading.Lock()
 _failed = False            # set once building failed: numpy from then on
 # what the compiled fold takes: integers, bool and float32/64 (numpy folds the 16-bit
@@ -86,26 +91,28 @@ def _module_text(name: str, dtype: np.dtype, op: str) -> str:
 
 
 def _compile(dtype: np.dtype, op: str):
-    global _engine, _machine
+    global _engine, _cache, _machine, _target
     import llvmlite.binding as llvm
 
     name = f"fold_{op}_{dtype.name}"
-    module = llvm.parse_assembly(_module_text(name, dtype, op))
+    text = _module_text(name, dtype, op)
+    module = llvm.parse_assembly(text)
     module.verify()
     if _engine is None:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        _machine = llvm.Target.from_default_triple().create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3)
-    # optimized as -O3 would (the loops vectorized: numpy's ufuncs are SIMD, so must this be)
-    tuning = llvm.PipelineTuningOptions(speed_level=3)
-    tuning.loop_vectorization = tuning.slp_vectorization = True
-    passes = llvm.create_pass_builder(_machine, tuning)
-    passes.getModulePassManager().run(module, passes)
-    if _engine is None:
-        _engine = llvm.create_mcjit_compiler(module, _machine)
-    else:
-        _engine.add_module(module)
+        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+        _machine = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features, opt=3)
+        _target = (llvm.get_process_triple(), cpu, features, "opt=3 vectorized")
+        _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _machine)
+        _cache = ObjectCache(_engine)
+    if not _cache.expect(module, digest(text, *_target)):      # (else its machine code is on disk)
+        # optimized as -O3 would (the loops vectorized: numpy's ufuncs are SIMD, so must this be)
+        tuning = llvm.PipelineTuningOptions(speed_level=3)
+        tuning.loop_vectorization = tuning.slp_vectorization = True
+        passes = llvm.create_pass_builder(_machine, tuning)
+        passes.getModulePassManager().run(module, passes)
+    _engine.add_module(module)
     _engine.finalize_object()
     return _ffi.cast(_SIGNATURE, _engine.get_function_address(name))
 
