@@ -4,9 +4,9 @@ pgas compiles its LLVM IR in every process that uses it: the native pieces at st
 (``_llvm.compile_ir``: 20-60 ms a process) and the all-reduce's folds on first use
 (``host/collectives/_fold_code``: 40-60 ms for each dtype and operation, at -O3 with
 the loops vectorized). An MCJIT engine asks its object cache for a module's machine code
-before compiling it, and hands over what it compiled; here both go to a file named by
-the module and a digest of everything the code depends on: the IR, the LLVM version,
-the target (triple, CPU and its features) and the optimization settings. A file is
+before compiling it, and hands over what it compiled; here both go to a file named by a
+digest of everything the code depends on: the IR, the LLVM version, the target (triple,
+CPU and its features) and the optimization settings. A file is
 written whole (renamed into place) and starts with a digest of its bytes: a torn or
 altered file is never loaded (the module is compiled anew and the file rewritten). Files
 of IR since changed stay (a few kilobytes each), as numba's do.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 __all__ = ["ObjectCache", "digest", "counts"]
 
-# in this process: modules whose code came from a file, and files written (tests, pgas-info)
+# in this process: modules whose machine code came from a file, and files written (for tests)
 counts = {"loaded": 0, "stored": 0}
 
 
