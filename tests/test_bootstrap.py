@@ -251,6 +251,21 @@ def test_pgas_info_lists_every_variable():
         assert name in proc.stdout and var.meaning in proc.stdout
 
 
+def test_pgas_info_says_where_the_compiled_machine_code_is_kept(tmp_path):
+    """``core/native/_object_cache``: the folder and how many modules it holds, before and
+    after a process has kept one there (an all-reduce's fold)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    line = f"machine code of pgas's LLVM IR kept in: {tmp_path / 'pgas_llvm'}"
+    fold = "import numpy as np; from pgas.host.collectives._fold_code import compiled_fold as f; f(np.dtype('i4'), 'sum')"
+    for program, held in ((None, "0 modules"), (fold, "1 module")):
+        if program:
+            compiled = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
+                                      env=env)
+            assert compiled.returncode == 0, compiled.stderr
+        proc = subprocess.run(["pgas-info"], capture_output=True, text=True, timeout=60, env=env)
+        assert f"{line} ({held})" in proc.stdout, proc.stdout
+
+
 def test_pgas_info_under_pgasrun_shows_the_transport_between_every_pair(clean_shm):
     proc = pgasrun(4, "pgas-info", options=["--pes-per-node", "2"])
     assert proc.returncode == 0, proc.stderr

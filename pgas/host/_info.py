@@ -7,6 +7,7 @@ import os
 from ..core._version import __version__
 from ..core._backend import backend_name
 from ..core._env import VARIABLES, invalid_settings, setting, unknown_settings
+from ..core.native._object_cache import where_kept
 from ..runtime._state import runtime
 from ..wire._worker import version as ucx_version
 from ..wire._ucp import loads as ucx_loads
@@ -98,6 +99,7 @@ def main(argv=None) -> int:
     print(table or "(run it under pgasrun, e.g. pgasrun -np 4 --pes-per-node 2 pgas-info, to see the "
                    "transport from each PE to each PE)")
     print(f"symmetric heap per PE: {setting('PGAS_SYMMETRIC_SIZE')} bytes")
+    print(f"machine code of pgas's LLVM IR kept in: {where_kept()} (NUMBA_CACHE_DIR moves it)")
     _print_environment(bad)
     return 0
 

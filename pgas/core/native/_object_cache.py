@@ -22,7 +22,7 @@ import hashlib
 import os
 from pathlib import Path
 
-__all__ = ["ObjectCache", "digest", "counts"]
+__all__ = ["ObjectCache", "digest", "counts", "where_kept"]
 
 # in this process: modules whose machine code came from a file, and files written (for tests)
 counts = {"loaded": 0, "stored": 0}
@@ -31,6 +31,13 @@ counts = {"loaded": 0, "stored": 0}
 def _folder() -> Path:
     chosen = os.environ.get("NUMBA_CACHE_DIR")
     return Path(chosen) / "pgas_llvm" if chosen else Path(__file__).resolve().parent / "__pycache__"
+
+
+def where_kept() -> str:
+    """Where the machine code is kept, and how many modules' (for pgas-info)."""
+    folder = _folder()
+    files = len(list(folder.glob("pgas_llvm.*.o"))) if folder.is_dir() else 0
+    return f"{folder} ({files} module{'s' if files != 1 else ''})"
 
 
 def digest(text: str, *settings) -> str:
