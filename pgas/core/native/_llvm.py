@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from ._object_cache import ObjectCache, digest
+from ._object_cache import ObjectCache
 
 __all__ = ["compile_ir", "built_once", "bswap"]
 
@@ -23,7 +23,7 @@ def compile_ir(text: str):
     module.verify()
     target = llvm.Target.from_default_triple()
     engine = llvm.create_mcjit_compiler(module, target.create_target_machine(opt=2))
-    ObjectCache(engine).expect(module, digest(text, target.triple, "opt=2"))
+    ObjectCache(engine).expect(module, text, target.triple, "opt=2")
     engine.finalize_object()
     return engine
 

@@ -22,7 +22,7 @@ import hashlib
 import os
 from pathlib import Path
 
-__all__ = ["ObjectCache", "digest", "counts", "where_kept"]
+__all__ = ["ObjectCache", "counts", "where_kept"]
 
 # in this process: modules whose machine code came from a file, and files written (for tests)
 counts = {"loaded": 0, "stored": 0}
@@ -40,7 +40,7 @@ def where_kept() -> str:
     return f"{folder} ({files} module{'s' if files != 1 else ''})"
 
 
-def digest(text: str, *settings) -> str:
+def _digest(text: str, settings) -> str:
     """The key of IR ``text`` compiled with ``settings`` (the target machine's triple, CPU,
     features, optimization level...) by this LLVM."""
     import llvmlite.binding as llvm
@@ -52,16 +52,19 @@ def digest(text: str, *settings) -> str:
 
 
 class ObjectCache:
-    """The object cache of one MCJIT ``engine``: ``expect(module, key)`` before the engine
-    compiles ``module`` (at ``finalize_object``); True when its machine code is on disk
-    (the engine will load it, and the caller may skip its own optimization passes)."""
+    """The object cache of one MCJIT ``engine``: ``expect(module, text, *settings)`` before
+    the engine compiles ``module`` (parsed from IR ``text``, to be compiled with
+    ``settings``: the target machine's triple, CPU, ...) at ``finalize_object``; True when
+    its machine code is on disk (the engine will load it, and the caller may skip its own
+    optimization passes)."""
 
     def __init__(self, engine):
         self._expected: set[str] = set()        # the keys of the modules to keep
         self._found: dict[str, bytes] = {}      # key -> machine code read from disk
         engine.set_object_cache(self._compiled, self._kept)
 
-    def expect(self, module, key: str) -> bool:
+    def expect(self, module, text: str, *settings) -> bool:
+        key = _digest(text, settings)
         module.name = key           # (how the engine's callbacks tell its modules apart)
         self._expected.add(key)
         code = _read(_path(key))

@@ -19,7 +19,7 @@ import numpy as np
 from cffi import FFI
 
 from ...core._reductions import REDUCTION_DTYPES, ops_for
-from ...core.native._object_cache import ObjectCache, digest
+from ...core.native._object_cache import ObjectCache
 
 __all__ = ["compiled_fold"]
 
@@ -106,7 +106,7 @@ def _compile(dtype: np.dtype, op: str):
         _target = (llvm.get_process_triple(), cpu, features, "opt=3 vectorized")
         _engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _machine)
         _cache = ObjectCache(_engine)
-    if not _cache.expect(module, digest(text, *_target)):      # (else its machine code is on disk)
+    if not _cache.expect(module, text, *_target):      # (else its machine code is on disk)
         # optimized as -O3 would (the loops vectorized: numpy's ufuncs are SIMD, so must this be)
         tuning = llvm.PipelineTuningOptions(speed_level=3)
         tuning.loop_vectorization = tuning.slp_vectorization = True
