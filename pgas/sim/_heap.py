@@ -30,6 +30,7 @@ from ..runtime._bootstrap import Bootstrap
 __all__ = ["SymmetricHeap"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_KNOWN_ARRAYS = 256      # arrays whose heap offsets ``offset_of`` keeps (then it starts afresh)
 
 
 @dataclass
@@ -54,6 +55,10 @@ class SymmetricHeap:
         self._files: dict[int, int] = {}     # PE -> a descriptor of its (unlinked) heap file
         self._external: dict[int, list[int]] = {}   # offset of registered memory -> the PEs mapped there
         self.views: list[np.ndarray | None] = [None] * boot.n_pes
+        # id(array) -> (the array, its shape, its strides, its heap offset): a kernel passes
+        # the same array objects call after call, and checking their span was a tenth of a
+        # device call; the entry keeps the object alive, so its id is not reused meanwhile
+        self._offsets: dict[int, tuple] = {}
         with ExitStack() as rollback:
             self._map_node(boot, rollback)
             rollback.pop_all()
@@ -177,6 +182,7 @@ class SymmetricHeap:
     def close(self) -> None:
         """Unmap every heap (mappings still exported to live arrays stay until those die)."""
         self.views = [None] * len(self.views)
+        self._offsets.clear()
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
@@ -191,11 +197,19 @@ class SymmetricHeap:
 
     def offset_of(self, arr: np.ndarray, fn: str, what: str) -> int:
         """Heap offset of ``arr``'s data; PgasValueError naming ``fn`` and ``what`` if it is not all in the heap."""
+        known = self._offsets.get(id(arr))
+        if known is not None and known[0] is arr and known[1] == arr.shape and known[2] == arr.strides:
+            return known[3]
         if type(arr) is np.ndarray and arr.size == 1:   # one element (a device call's word): the quick check
             offset = address_of(arr) - self.base
             if 0 <= offset <= self.size - arr.itemsize:
                 return offset
-        return check_span(array_span(arr, fn, what), self.base, self.size, fn, what)
+        offset = check_span(array_span(arr, fn, what), self.base, self.size, fn, what)
+        if type(arr) is np.ndarray:
+            if len(self._offsets) >= _KNOWN_ARRAYS:
+                self._offsets.clear()
+            self._offsets[id(arr)] = (arr, arr.shape, arr.strides, offset)
+        return offset
 
     def view_on(self, pe: int, arr: np.ndarray, fn: str, what: str) -> np.ndarray:
         """The same elements as ``arr`` (a view of this PE's heap) in PE ``pe``'s heap."""

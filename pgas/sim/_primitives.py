@@ -93,8 +93,10 @@ def team_index_of(team, pe: int, fn: str) -> int:
 
 
 def _flat(data: np.ndarray, fn: str, what: str) -> np.ndarray:
+    """``data`` (C-contiguous) as 1-D: itself where it is (the same object call after call:
+    the heap knows its offset, ``SymmetricHeap.offset_of``)."""
     check_contiguous(fn, what, data)
-    return data.reshape(-1)
+    return data if data.ndim == 1 else data.reshape(-1)
 
 
 def _symmetric(arr, fn: str, what: str) -> np.ndarray:

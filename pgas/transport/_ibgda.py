@@ -30,7 +30,7 @@ from ..core._waiting import Naps, Wait, sleep_until
 from ..nic import _mlx5 as mlx5
 from ..nic._nic import Nic
 from ..nic._regions import ACCESS_LOCAL
-from ..wire import _cache as wire_cache, _nic_code as nic_code, _ucp as ucp
+from ..wire import _cache as wire_cache, _nic_code as nic_code
 from ..wire._nic_queues import NicQueues
 from ..wire._window import bytes_at, words_at
 from ..wire._worker import WAIT_SPINS, next_wait_pause
@@ -46,9 +46,6 @@ _KIND = {PUT: code.KIND_DATA, PUT_INLINE: code.KIND_INLINE, GET: code.KIND_DATA}
 # operand words are non-negative Python ints (``post_and_ring`` is compiled for uint64s,
 # which it takes from ints in a quarter of the time of numpy's uint64 scalars)
 _NO_OPERANDS = (0,) * 4
-# the queue's ``ibgda_progress`` (its collapsed CQE read, the completion floor advanced;
-# the floor), callable from numba once ``Ibgda`` has registered it with the native NIC
-_queue_progress = types.ExternalFunction("pgas_ibgda_progress", types.uint64(types.int64))
 _WAITED, _LAST, _FLOOR = code.W["waited"], code.W["last"], code.W["floor"]
 _COPY_OPCODES = (mlx5.OP_RDMA_READ, mlx5.OP_RDMA_WRITE)      # [to_peer]
 
@@ -71,7 +68,7 @@ def copy_once(table, keys, wqes, worker, waiters, q, descriptor, depth, opcode, 
     nic_code.progress_until(worker, waiters, table, keys, wqes, nic_code.row_of(q) + nic_code.Q_DONE, start + 1,
                             WAIT_SPINS)
     # the floor stops at a refused WQE until its error is read (``Ibgda._read_errors``)
-    if _queue_progress(descriptor) <= start:
+    if nic_code.read_cq(descriptor) <= start:
         return start
     carray(bytes_at(carray(words_at(descriptor), (_WAITED + 1,))[_WAITED]), (depth,))[start % depth] = 0
     return -1
@@ -127,9 +124,9 @@ class Ibgda:
         wire_cache.drop_if_stale((copy_once,))      # (it bakes in the native NIC's table layout)
         self._code = code.compiled()
         # with the native NIC: post and ring in one native call; a blocking copy, posted and completed in one
-        self._post_and_ring = native.poster(self._code.post_address) if native is not None else None
+        self._post_and_ring = native.poster(self._code.post_address, self._code.progress_address) \
+            if native is not None else None
         if native is not None:
-            ucp.register_symbol("ibgda_progress", self._code.progress_address)
             # its compiled form, called without the dispatcher's typing of 14 arguments (a
             # tenth of the call): their types never change (the rest are Python ints)
             arguments = (native.table, native.nic.keys.rows, native.wqes, native.worker.handle, native.worker.waiters)

@@ -484,16 +484,16 @@ class Transports:
 
     def store(self, fn: str, pe: int, word: np.ndarray, value, what: str) -> None:
         """PE ``pe``'s ``word[0] = value``; on the NIC an inline write, complete at ``quiet``."""
+        # (``word`` whole, not ``word[:1]``: the heap keeps the offset of an array it has seen)
         if not self.through_nic(fn, pe):
-            self.heap.view_on(pe, word[:1], fn, what)[0] = value
+            self.heap.view_on(pe, word, fn, what)[0] = value
             self._written(pe)
             return
-        item = word[:1]
-        raddr = self._raddr(pe, item, fn, what)
-        size, dtype = item.itemsize, item.dtype
+        raddr = self._raddr(pe, word, fn, what)
+        size, dtype = word.itemsize, word.dtype
         limits = _INT_LIMITS.get(dtype)
         if size > 8:
-            self.copy(fn, pe, True, item, 1, np.array([value], dtype), 1, 0, 1, False)
+            self.copy(fn, pe, True, word[:1], 1, np.array([value], dtype), 1, 0, 1, False)
         elif limits is not None and (type(value) is dtype.type
                                      or type(value) is int and limits[0] <= value <= limits[1]):
             # an integer the word holds as it is (the common case: a tenth of the time of numpy's way)
@@ -514,7 +514,7 @@ class Transports:
     def load(self, fn: str, pe: int, word: np.ndarray, what: str, acquire: bool):
         """PE ``pe``'s ``word[0]`` (``acquire``: later loads see what was stored before it)."""
         if not self.through_nic(fn, pe):
-            theirs = self.heap.view_on(pe, word[:1], fn, what)
+            theirs = self.heap.view_on(pe, word, fn, what)      # (``word`` whole: see ``store``)
             return _cpu_atomics.load_acquire(theirs, fn, what) if acquire else theirs[0]
         return self.read(fn, pe, word[:1], what)[0]
 

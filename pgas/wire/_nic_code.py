@@ -118,6 +118,9 @@ decode_wqes = types.ExternalFunction("pgas_nic_decode_wqes", types.int64(*[types
 post_wqe = types.ExternalFunction("pgas_queue_post", types.int64(
     types.int64, types.int32, types.uint32, types.uint64, types.uint32, types.uint32, types.uint64, types.uint32,
     types.uint64, types.uint64, types.uint64, types.uint64, types.int32))
+# read_cq(descriptor) -> the completion floor: the same requester's reader of its queue's
+# CQ (the GPU-initiated path's compiled ``ibgda_progress``), registered with ``post_wqe``
+read_cq = types.ExternalFunction("pgas_queue_read_cq", types.uint64(types.int64))
 
 
 @njit(nogil=True, cache=True)
@@ -585,13 +588,18 @@ def post_and_ring(table, keys, wqes, q, descriptor, kind, opcode, raddr, rkey, l
                   waited):
     """Post one WQE on queue ``q`` (``post_wqe``) and ring its doorbell when the post says
     so (``ring``): a requester's request in one native call (through ctypes and then
-    numba it cost ~1.4 us more, a tenth of a simulated device call). What ``post_wqe``
-    returned. Keeps the interpreter lock, as ``ring``."""
+    numba it cost ~1.4 us more, a tenth of a simulated device call). Then the queue's CQ
+    is read (``read_cq``): where the ring sent the WQE and its completion came at once (a
+    one-sided write, flushed), the completion floor passes it here, and a ``quiet`` after
+    it finds nothing in flight (reading the CQ from Python was a tenth of a device
+    ``p`` + ``quiet``). What ``post_wqe`` returned. Keeps the interpreter lock, as ``ring``."""
     posted = post_wqe(descriptor, np.int32(kind), np.uint32(opcode), np.uint64(raddr), np.uint32(rkey),
                       np.uint32(lkey), np.uint64(laddr), np.uint32(nbytes), np.uint64(a0), np.uint64(a1),
                       np.uint64(a2), np.uint64(a3), np.int32(waited))
-    if posted >= 0 and posted & 1:
-        ring(table, q, keys, wqes, waited != 0)
+    if posted >= 0:
+        if posted & 1:
+            ring(table, q, keys, wqes, waited != 0)
+        read_cq(descriptor)
     return posted
 
 

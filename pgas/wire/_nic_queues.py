@@ -138,15 +138,17 @@ class NicQueues:
         """PE -> the UCX transports of the endpoint to it (``_rma.transports``)."""
         return rma.transports(self.worker)
 
-    def poster(self, post_address: int):
+    def poster(self, post_address: int, read_cq_address: int):
         """``post(q, descriptor, kind, opcode, raddr, rkey, lkey, laddr, nbytes, a0, a1, a2,
         a3, waited)``: post one WQE with the function at ``post_address`` (``post_wqe``'s
-        signature: the GPU-initiated path's compiled poster) and ring queue ``q``'s
-        doorbell when it says so, in one native call (``_nic_code.post_and_ring``). What
-        the poster returned. Its compiled form, called without the dispatcher's typing of
-        17 arguments (their types never change: the rest are Python ints, the operands
+        signature: the GPU-initiated path's compiled poster), ring queue ``q``'s doorbell
+        when it says so and read its CQ with the function at ``read_cq_address``
+        (``read_cq``'s), in one native call (``_nic_code.post_and_ring``). What the poster
+        returned. Its compiled form, called without the dispatcher's typing of 17
+        arguments (their types never change: the rest are Python ints, the operands
         uint64)."""
         ucp.register_symbol("queue_post", post_address)
+        ucp.register_symbol("queue_read_cq", read_cq_address)
         arguments = (self.table, self.nic.keys.rows, self.wqes)
         signature = (*map(typeof, arguments), *[types.int64] * 9, *[types.uint64] * 4, types.int64)
         return functools.partial(code.post_and_ring.compile(signature), *arguments)
