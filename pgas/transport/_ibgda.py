@@ -166,8 +166,8 @@ class Ibgda:
         returns its ticket. ``waited``: the caller will ``wait`` for it (else a failure is
         kept for the next ``quiet``)."""
         mlx5.check_message(fn, nbytes)
-        queue = self.lanes[lane][pe]
-        rkey = self.nic.remote[pe].rkey
+        queue = self.lanes[lane][pe] if lane else self.queues[pe]
+        rkey = queue.heap_rkey
         operands = _NO_OPERANDS
         if op in _KIND:
             kind, opcode = _KIND[op], _OPCODE[op]
