@@ -167,7 +167,7 @@ class Ibgda:
         kept for the next ``quiet``)."""
         mlx5.check_message(fn, nbytes)
         queue = self.lanes[lane][pe] if lane else self.queues[pe]
-        rkey = queue.heap_rkey
+        rkey = self.nic.remote[pe].rkey
         operands = _NO_OPERANDS
         if op in _KIND:
             kind, opcode = _KIND[op], _OPCODE[op]
