@@ -19,9 +19,9 @@ right, left = (me + 1) % n, (me - 1) % n
 flag = pgas.zeros(1, np.int64)
 flags = pgas.zeros(n, np.int32)
 data = pgas.zeros(16, np.float64)
+assert not pgas.test(flag, pgas.CMP_EQ, left + 1)      # (before the barrier: after it the left PE may have set it)
 pgas.barrier_all()
 
-assert not pgas.test(flag, pgas.CMP_EQ, left + 1)
 pgas.atomic_set(flag, me + 1, right)
 assert pgas.wait_until(flag, pgas.CMP_EQ, left + 1) == left + 1
 assert pgas.test(flag, pgas.CMP_GE, left + 1) and not pgas.test(flag, pgas.CMP_GT, left + 1)
