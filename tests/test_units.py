@@ -160,6 +160,49 @@ def test_compiled_ir_is_kept_on_disk_and_loaded_whole_by_the_next_process(tmp_pa
     assert run("3", not_a_folder) == [21, 0, 0]
 
 
+OFFSETS = r"""
+import numpy as np
+import pgas
+from pgas.core._errors import PgasValueError
+from pgas.runtime._arrays import as_ndarray
+from pgas.runtime._state import runtime
+
+pgas.init()
+heap = runtime("test").heap
+mine = as_ndarray(pgas.zeros(1024, np.int64), "test", "sym")
+start = mine.ctypes.data - heap.base
+for _ in range(2):
+    for i in range(600):                # more arrays than the heap keeps: it starts afresh
+        view = mine[i:i + 8]
+        assert heap.offset_of(view, "t", "v") == start + 8 * i
+        assert heap.offset_of(view, "t", "v") == start + 8 * i      # (kept)
+view = mine[16:32]
+assert heap.offset_of(view, "t", "v") == start + 128
+view.shape = (4, 4)                     # reshaped in place: checked again, the same start
+assert heap.offset_of(view, "t", "v") == start + 128
+outside = np.zeros(8, np.int64)
+for _ in range(2):                      # a refusal is never kept
+    try:
+        heap.offset_of(outside, "t", "outside")
+        raise AssertionError("an array outside the heap must be refused")
+    except PgasValueError as e:
+        assert "outside" in str(e), e
+pgas.finalize()
+print("ok")
+"""
+
+
+def test_the_heap_keeps_the_offsets_of_arrays_it_has_placed_and_each_is_right():
+    """``SymmetricHeap.offset_of`` keeps the offsets of arrays it has placed (a kernel's
+    arguments, call after call): every offset right, kept or not, past the number it
+    keeps, for an array reshaped in place, and an array outside the heap refused each time."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", OFFSETS], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
 def test_the_wire_cache_is_dropped_when_its_sources_change(tmp_path, monkeypatch):
     """numba checks only a cached function's own file: pgas.wire._cache drops the cache
     files of the wire's modules when any source they bake constants from changes."""
