@@ -26,7 +26,8 @@ import socket
 import threading
 import time
 
-__all__ = ["GLOBAL_EXIT", "CHECK_FAILED", "under_pgasrun", "mapped_segments", "record_segments", "recorded_segments", "record_failure", "failures",
+__all__ = ["GLOBAL_EXIT", "CHECK_FAILED", "under_pgasrun", "mapped_segments", "record_segments",
+           "release_topology_file", "recorded_segments", "record_failure", "failures",
            "mark_live", "mark_finalized", "record_departure", "live", "live_processes", "departed", "Heartbeat", "waiters",
            "HEARTBEAT_FRESH_S", "SHM_DIR", "shm_prefix", "HYDRA_TOPOLOGY", "hydra_topology_files", "stat_fields"]
 
@@ -167,6 +168,19 @@ def record_segments() -> None:
     if under_pgasrun():
         held = set().union(*(hydra_topology_files(pid) for pid in _ancestors(2)))
         _write(f"segments-pe{_pe()}", "\n".join(sorted(mapped_segments() | held)))
+
+
+def release_topology_file() -> None:
+    """Remove the topology file Hydra's proxy wrote for this run, once every PE has passed
+    MPI's start (MPICH reads it there, and not again): the proxy removes it only when it
+    ends normally, and a run killed with its proxy (kill -9 of pgasrun: mpiexec and then
+    the proxy die, and the proxy SIGKILLs the guards) would leave it in /tmp."""
+    if under_pgasrun():
+        for path in set().union(*(hydra_topology_files(pid) for pid in _ancestors(2))):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass        # (another PE of the node was first)
 
 
 def recorded_segments(run_dir: str) -> set[str]:

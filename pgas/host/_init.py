@@ -176,6 +176,7 @@ def init(comm=None, *, mpi_comm=None, initializer_method=None, device=None, uid=
     _failure.install_hooks(boot.n_pes, heap.device_arrays)
     _job.mark_live()
     wait_all(boot.comm, "pgas.init")
+    _job.release_topology_file()    # every PE's MPI has read it
     _depth = 1
 
 

@@ -154,10 +154,11 @@ def _stop_child(child: int) -> None:
 def _end_orphaned_run(child: int) -> None:
     """pgasrun is gone: stop the child and clean up what pgasrun would have: MPICH's
     shared-memory files the child mapped, Hydra's topology file its proxy (this guard's
-    parent) holds, what the PEs recorded of both, and the run's directory."""
-    segments = _job.mapped_segments(child) | _job.hydra_topology_files(os.getppid()) | _recorded_files()
+    parent) holds, what the PEs recorded of both, and the run's directory. The files go
+    first: a PE that stops may make the others abort the job, whose SIGKILL would then
+    end this guard before it cleaned up (unlinked, they stay mapped while in use)."""
+    _unlink(_job.mapped_segments(child) | _job.hydra_topology_files(os.getppid()) | _recorded_files())
     _stop_child(child)
-    _unlink(segments)
     shutil.rmtree(os.environ.get("PGAS_RUN_DIR", ""), ignore_errors=True)
 
 
