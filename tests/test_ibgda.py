@@ -228,3 +228,25 @@ def test_many_threads_post_at_once_nothing_lost(ibgda):
     assert payloads == {(t << 32) | i for t in range(threads) for i in range(each)}
     assert queue.counter("ready") == threads * each and int(queue.qp.dbr[0]) == (threads * each) & 0xFFFF
     assert sum(r & 1 for rs in results for r in rs) == 1                # one doorbell for them all
+
+
+def test_an_inline_put_posts_what_submit_posts_and_waits_for_room_as_submit(ibgda):
+    """``put_inline`` (a device ``p`` to another node) skips ``submit``'s sorting of the
+    request: the WQE it posts is the one ``submit`` posts, and where the queue has no room
+    it posts through ``submit``, once."""
+    queue, post = ibgda.queues[1], code.compiled().post
+    calls = []
+
+    def post_and_ring(row, address, *arguments):    # the native NIC's poster, as _nic_code.post_and_ring
+        calls.append(arguments)
+        return -1 if len(calls) == 3 else post(address, *arguments)     # the third finds the queue full
+
+    ibgda._post_and_ring = post_and_ring
+    ibgda.submit("test", proxy.PUT_INLINE, 1, 0x1000, size=4, value=0x0A0B0C0D, waited=False)
+    ibgda.put_inline("test", 1, 0x1000, 4, 0x0A0B0C0D)
+    assert calls[0] == calls[1] and queue.qp.sq[0].tobytes()[8:] == queue.qp.sq[1].tobytes()[8:]   # (index aside)
+    ibgda.put_inline("test", 1, 0x2008, 8, 2 ** 64 - 1)
+    assert len(calls) == 4 and calls[2] == calls[3] and queue.counter("posted") == 3
+    wqe = mlx5.read_wqe(queue.qp.sq, 2)
+    assert (wqe.raddr, wqe.rkey, _be("I", queue.qp.sq[2].tobytes(), 32)) == (0x2008, RKEY, 8 | 0x80000000)
+    assert queue.qp.sq[2].tobytes()[36:44] == bytes([0xFF] * 8)

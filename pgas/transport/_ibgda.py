@@ -185,6 +185,17 @@ class Ibgda:
             clock.pause(lambda: f"room in the send queue to PE {pe} ({queue.qp.depth} basic blocks in flight)")
         return queue, posted >> 1, op, size
 
+    def put_inline(self, fn: str, pe: int, raddr: int, size: int, bits: int) -> None:
+        """``submit`` of an inline write of ``size`` bytes (``bits``, fitting them) that
+        nobody waits for, on lane 0: a device ``p`` to another node, posted without the
+        general request's sorting (with the native post stubbed out, 0.4 µs against
+        ``submit``'s 1.0-1.7)."""
+        queue = self.queues[pe]
+        if self._post_and_ring is None or self._post_and_ring(
+                queue.row, queue.address, code.KIND_INLINE, mlx5.OP_RDMA_WRITE, raddr, self.nic.remote[pe].rkey,
+                0, 0, size, bits, 0, 0, 0, 0) < 0:      # (not posted: the general path, which waits for room)
+            self.submit(fn, PUT_INLINE, pe, raddr, size=size, nbytes=size, value=bits, waited=False)
+
     def copy_now(self, pe: int, offset: int, laddr: int, lkey: int, nbytes: int, to_peer: bool) -> None:
         """A put (``to_peer``) or get of ``nbytes`` at ``laddr`` (registered: ``lkey``) and
         ``offset`` of PE ``pe``'s heap, complete on return: with the native NIC posted and,

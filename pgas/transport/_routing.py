@@ -378,7 +378,8 @@ class Transports:
                 np.copyto(o, theirs)
             return
         if to_peer and nbi and tickets is None and count == 1 and s.itemsize <= 8:   # inline, as ``store``
-            self._put_inline(fn, pe, self._raddr(pe, s, fn, "dest"), s.itemsize, int.from_bytes(o.tobytes(), "little"))
+            self.engine.put_inline(fn, pe, self._raddr(pe, s, fn, "dest"), s.itemsize,
+                                   int.from_bytes(o.tobytes(), "little"))
             return
         # contiguous: a request per MAX_MESSAGE bytes; strided: one per element (as NVSHMEM's
         # iput over IB does)
@@ -497,19 +498,14 @@ class Transports:
         elif limits is not None and (type(value) is dtype.type
                                      or type(value) is int and limits[0] <= value <= limits[1]):
             # an integer the word holds as it is (the common case: a tenth of the time of numpy's way)
-            self._put_inline(fn, pe, raddr, size, int(value) & limits[2])
+            self.engine.put_inline(fn, pe, raddr, size, int(value) & limits[2])
         elif type(value) in (int, float, bool) and dtype.kind in "biufc" and dtype.isnative:
             # the bits from a numpy scalar's view (no array made); the same conversion and
             # errors as an array's for Python numbers (not for numpy scalars: np.int8 of an
             # np.int64 300 wraps where an array refuses)
-            self._put_inline(fn, pe, raddr, size, int(dtype.type(value).view(_UNSIGNED[size])))
+            self.engine.put_inline(fn, pe, raddr, size, int(dtype.type(value).view(_UNSIGNED[size])))
         else:
-            self._put_inline(fn, pe, raddr, size, int.from_bytes(np.array([value], dtype).tobytes(), "little"))
-
-    def _put_inline(self, fn: str, pe: int, raddr: int, size: int, bits: int) -> None:
-        """An inline write of one element of ``size`` bytes (up to 8), ``bits`` in
-        little-endian order, to ``raddr`` in PE ``pe``'s heap, complete at ``quiet``."""
-        self.engine.submit(fn, proxy.PUT_INLINE, pe, raddr, size=size, nbytes=size, value=bits, waited=False)
+            self.engine.put_inline(fn, pe, raddr, size, int.from_bytes(np.array([value], dtype).tobytes(), "little"))
 
     def load(self, fn: str, pe: int, word: np.ndarray, what: str, acquire: bool):
         """PE ``pe``'s ``word[0]`` (``acquire``: later loads see what was stored before it)."""

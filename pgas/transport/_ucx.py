@@ -497,6 +497,10 @@ class Ucx:
 
     # Requesters ----------------------------------------------------------------------
 
+    def put_inline(self, fn: str, pe: int, raddr: int, size: int, bits: int) -> None:
+        """An inline write of ``size`` bytes (``bits``) that nobody waits for (``Ibgda.put_inline``)."""
+        self.submit(fn, target.PUT_INLINE, pe, raddr, size=size, nbytes=size, value=bits, waited=False)
+
     def submit(self, fn: str, op: int, pe: int, raddr: int, *, laddr: int = 0, lkey: int = 0, nbytes: int = 0,
                size: int = 8, value: int = 0, compare: int = 0, waited: bool = True, lane: int = 0) -> int:
         """Send one request on the endpoint to ``pe`` of ``lane``; returns its ticket.
