@@ -32,16 +32,17 @@ from ._multicast import MULTICAST_WHY, MulticastArray
 __all__ = list(PRIMITIVES)
 
 WARP_SIZE = 32
+_current_thread = threading.current_thread
 # A device wait's pauses grow from a yield to this (``Wait``'s backoff): waits that only
 # yielded kept the cores busy while the message they waited for needed one (a device
 # ping-pong between two emulated nodes took 8-16 ms a round trip; docs/simulator.md).
 _WAIT_BACKOFF_S = 100e-6
 
 
-def runtime(fn: str) -> _runtime.Runtime:
-    """The PE's runtime, found without a context argument (only inside a kernel)."""
-    _sim_thread(fn)
-    return _runtime.runtime(fn)
+# The PE's runtime, found without a context argument: a device function's wrapper
+# (``device_function``) has checked that it runs inside a kernel (once per public call:
+# the check was a tenth of a simulated ``p`` + ``quiet`` when each primitive made it)
+runtime = _runtime.runtime
 
 
 def jit(function):
@@ -337,12 +338,14 @@ def device_function(function):
     """Every public device function, in the simulator: errors also name the calling PE
     (numba's simulator adds the thread and block); under PGAS_CHECK=1 the calls the
     checker models are recorded."""
+    public = f"pgas.device.{function.__name__}"
     if check.enabled() and check.MODELLED.match(function.__name__):
         function = check.watch("device", function.__name__, function)
 
     @functools.wraps(function)
     def called_on_a_pe(*args):
         try:
+            _sim_thread(public)
             return function(*args)
         except PgasError as exc:
             rt = _runtime.current()
@@ -354,7 +357,7 @@ def device_function(function):
 # Cooperative groups -----------------------------------------------------------------
 
 def _sim_thread(fn: str):
-    thread = threading.current_thread()
+    thread = _current_thread()
     if not hasattr(thread, "syncthreads"):
         raise PgasError(f"{fn} is a device function: call it from a @cuda.jit kernel")
     return thread
