@@ -182,11 +182,24 @@ view.shape = (4, 4)                     # reshaped in place: checked again, the 
 assert heap.offset_of(view, "t", "v") == start + 128
 outside = np.zeros(8, np.int64)
 for _ in range(2):                      # a refusal is never kept
-    try:
-        heap.offset_of(outside, "t", "outside")
-        raise AssertionError("an array outside the heap must be refused")
-    except PgasValueError as e:
-        assert "outside" in str(e), e
+    for look in (heap.offset_of, lambda a, f, w: heap.word_view(0, a, f, w)):
+        try:
+            look(outside, "t", "outside")
+            raise AssertionError("an array outside the heap must be refused")
+        except PgasValueError as e:
+            assert "outside" in str(e), e
+# word_view: the same elements, in PE 0's mapping (the only PE here), kept per array
+words = [mine[i:i + 2] for i in range(300)]     # more than it keeps
+for _ in range(2):
+    for i, word in enumerate(words):
+        theirs = heap.word_view(0, word, "t", "w")
+        assert theirs.shape == (2,) and theirs.dtype == np.int64 and heap.word_view(0, word, "t", "w") is theirs
+        theirs[1] = i
+        assert word[1] == i and mine[i + 1] == i
+word = words[10]
+assert heap.word_view(0, word, "t", "w").shape == (2,)
+word.shape = (1, 2)                     # reshaped in place: a view of the new shape
+assert heap.word_view(0, word, "t", "w").shape == (1, 2)
 pgas.finalize()
 print("ok")
 """
@@ -195,7 +208,8 @@ print("ok")
 def test_the_heap_keeps_the_offsets_of_arrays_it_has_placed_and_each_is_right():
     """``SymmetricHeap.offset_of`` keeps the offsets of arrays it has placed (a kernel's
     arguments, call after call): every offset right, kept or not, past the number it
-    keeps, for an array reshaped in place, and an array outside the heap refused each time."""
+    keeps, for an array reshaped in place, and an array outside the heap refused each time;
+    likewise the views of its words (``word_view``), each on the same elements."""
     import subprocess
     import sys
 

@@ -59,6 +59,7 @@ class SymmetricHeap:
         # the same array objects call after call, and checking their span was a tenth of a
         # device call; the entry keeps the object alive, so its id is not reused meanwhile
         self._offsets: dict[int, tuple] = {}
+        self._word_views: dict[int, tuple] = {}     # ``word_view``'s: id -> (array, shape, strides, dtype, {pe: view})
         with ExitStack() as rollback:
             self._map_node(boot, rollback)
             rollback.pop_all()
@@ -183,6 +184,7 @@ class SymmetricHeap:
         """Unmap every heap (mappings still exported to live arrays stay until those die)."""
         self.views = [None] * len(self.views)
         self._offsets.clear()
+        self._word_views.clear()
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
@@ -218,6 +220,22 @@ class SymmetricHeap:
         if peer is None:
             raise PgasError(f"{fn}: PE {pe} is on another node: it has no load/store path from this PE")
         return np.ndarray(arr.shape, arr.dtype, buffer=peer, offset=offset, strides=arr.strides)
+
+    def word_view(self, pe: int, arr: np.ndarray, fn: str, what: str) -> np.ndarray:
+        """``view_on`` for the caller's own reads and writes of ``arr``'s elements (a device
+        call's word: never handed out, so never reshaped): kept by array object and PE
+        (making a view on a mapping costs ~1.9 µs, a quarter of a simulated ``p`` + ``quiet``
+        on one node). A kept view is checked against ``arr``'s shape, strides and dtype."""
+        known = self._word_views.get(id(arr))
+        if known is None or known[0] is not arr or known[1] != arr.shape or known[2] != arr.strides \
+                or known[3] is not arr.dtype:
+            if len(self._word_views) >= _KNOWN_ARRAYS:
+                self._word_views.clear()
+            known = self._word_views[id(arr)] = (arr, arr.shape, arr.strides, arr.dtype, {})
+        view = known[4].get(pe)
+        if view is None:
+            view = known[4][pe] = self.view_on(pe, arr, fn, what)
+        return view
 
     def array_at(self, offset: int, shape: tuple, dtype: np.dtype, order: str = "C") -> np.ndarray:
         """An array of this PE's heap starting at ``offset``, its elements in memory order

@@ -487,7 +487,7 @@ class Transports:
         """PE ``pe``'s ``word[0] = value``; on the NIC an inline write, complete at ``quiet``."""
         # (``word`` whole, not ``word[:1]``: the heap keeps the offset of an array it has seen)
         if not self.through_nic(fn, pe):
-            self.heap.view_on(pe, word, fn, what)[0] = value
+            self.heap.word_view(pe, word, fn, what)[0] = value
             self._written(pe)
             return
         raddr = self._raddr(pe, word, fn, what)
@@ -510,7 +510,7 @@ class Transports:
     def load(self, fn: str, pe: int, word: np.ndarray, what: str, acquire: bool):
         """PE ``pe``'s ``word[0]`` (``acquire``: later loads see what was stored before it)."""
         if not self.through_nic(fn, pe):
-            theirs = self.heap.view_on(pe, word, fn, what)      # (``word`` whole: see ``store``)
+            theirs = self.heap.word_view(pe, word, fn, what)    # (``word`` whole: see ``store``)
             return _cpu_atomics.load_acquire(theirs, fn, what) if acquire else theirs[0]
         return self.read(fn, pe, word[:1], what)[0]
 

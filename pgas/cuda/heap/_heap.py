@@ -262,6 +262,8 @@ class GpuSymmetricHeap:
         _, shape, strides, _ = span
         return device_array_at(self.bases[pe] + offset, shape, arr.dtype, strides, owner=self)
 
+    word_view = view_on     # (the simulator's heap keeps its word views; here each is made anew)
+
     def array_at(self, offset: int, shape: tuple, dtype, order: str = "C"):
         """A device array of this PE's heap starting at ``offset``, its elements in memory
         order ``order`` ("C" or "F": Fortran strides, first index fastest)."""
