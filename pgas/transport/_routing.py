@@ -518,7 +518,7 @@ class Transports:
         """Atomic ``op`` (one of _cpu_atomics.RMW_OPS) on PE ``pe``'s ``word[0]``; the old value
         when ``fetch`` (else, through the NIC, nothing: complete at ``quiet``)."""
         if not self.through_nic(fn, pe):
-            old = _cpu_atomics.rmw(self.heap.view_on(pe, word[:1], fn, what), op, value, fn, what)
+            old = _cpu_atomics.rmw(self.heap.word_view(pe, word, fn, what), op, value, fn, what)
             self._written(pe)
             return old
         _cpu_atomics.check_word(word, fn, what, op)
@@ -542,7 +542,7 @@ class Transports:
 
     def compare_swap(self, fn: str, pe: int, word: np.ndarray, cond, value, what: str):
         if not self.through_nic(fn, pe):
-            old = _cpu_atomics.compare_swap(self.heap.view_on(pe, word[:1], fn, what), cond, value, fn, what)
+            old = _cpu_atomics.compare_swap(self.heap.word_view(pe, word, fn, what), cond, value, fn, what)
             self._written(pe)
             return old
         _cpu_atomics.check_word(word, fn, what, "cas")
@@ -551,7 +551,7 @@ class Transports:
     def atomic_load(self, fn: str, pe: int, word: np.ndarray, what: str):
         """An atomic read of PE ``pe``'s ``word[0]`` (acquire)."""
         if not self.through_nic(fn, pe):
-            return _cpu_atomics.load_acquire(self.heap.view_on(pe, word[:1], fn, what), fn, what)
+            return _cpu_atomics.load_acquire(self.heap.word_view(pe, word, fn, what), fn, what)
         _cpu_atomics.check_word(word, fn, what, "load")
         return self._atomic(fn, pe, word, proxy.AMO_FETCH, 0, 0, what, True)
 
@@ -559,7 +559,7 @@ class Transports:
         """A function that reads PE ``pe``'s int64 ``word[0]`` atomically (acquire), for hot
         polling loops: a bound CPU load where it is mapped, else an atomic read through the NIC."""
         if not self.through_nic(fn, pe):
-            return _cpu_atomics.int64_word(self.heap.view_on(pe, word[:1], fn, what), fn, what)[0]
+            return _cpu_atomics.int64_word(self.heap.word_view(pe, word, fn, what), fn, what)[0]
         return functools.partial(self.atomic_load, fn, pe, word[:1], what)
 
     def _atomic(self, fn, pe, word, op, value, cond, what, fetch):
